@@ -1,0 +1,1 @@
+"""toolscript.host."""
