@@ -1,0 +1,130 @@
+"""The `toolscript` command: run a script, show the catalogue, read the journal, serve, act."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(
+    name="toolscript",
+    help="Run agent-written Python that calls tools, and report exactly what it did.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+ToolsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tools",
+        help="Python tools as MODULE:ATTR (one tool, or a list of them). Repeatable.",
+        metavar="MODULE:ATTR",
+    ),
+]
+MCPConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--mcp-config",
+        help='An MCP client config file: {"mcpServers": {name: {command, args, env} | {url}}}.',
+        exists=True,
+        dir_okay=False,
+        readable=True,
+    ),
+]
+
+
+def load_tools(references: list[str] | None) -> list[Any]:
+    """Import each `MODULE:ATTR`; the attribute is one tool or an iterable of them."""
+    found: list[Any] = []
+    for reference in references or []:
+        module_name, _, attribute = reference.partition(":")
+        if not module_name or not attribute:
+            raise typer.BadParameter(
+                f"{reference!r} is not MODULE:ATTR (for example mytools:send_message)",
+                param_hint="--tools",
+            )
+        if "" not in sys.path:
+            sys.path.insert(0, "")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise typer.BadParameter(
+                f"cannot import {module_name!r}: {error}", param_hint="--tools"
+            ) from None
+        try:
+            value = getattr(module, attribute)
+        except AttributeError:
+            raise typer.BadParameter(
+                f"module {module_name!r} has no attribute {attribute!r}", param_hint="--tools"
+            ) from None
+        if isinstance(value, list | tuple):
+            found.extend(value)
+        else:
+            found.append(value)
+    return found
+
+
+@app.command("exec")
+def exec_command(
+    script: Annotated[
+        Path,
+        typer.Argument(
+            help="The Python script to run ('-' reads standard input).", allow_dash=True
+        ),
+    ],
+    tools: ToolsOption = None,
+    mcp_config: MCPConfigOption = None,
+    time_limit: Annotated[
+        float | None, typer.Option("--time-limit", help="Seconds before the script is stopped.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    journal: Annotated[
+        str | None,
+        typer.Option("--journal", help="Journal file, or ':memory:' (default: the state dir)."),
+    ] = None,
+) -> None:
+    """Run SCRIPT in a fresh interpreter and print what the model would read.
+
+    Exits 0 only when the script succeeded.
+    """
+    code = sys.stdin.read() if str(script) == "-" else _read_script(script)
+    specs = load_tools(tools)
+
+    async def main() -> Any:
+        from .runtime import Runtime
+
+        async with Runtime(tools=specs, mcp_config=mcp_config, journal=journal) as rt:
+            for server, reason in rt.mcp_failures.items():
+                typer.echo(f"toolscript: MCP server {server!r} did not start: {reason}", err=True)
+            return await rt.run(code, time_limit=time_limit)
+
+    result = asyncio.run(main())
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        typer.echo(result.text, nl=False)
+    raise typer.Exit(result.exit_code)
+
+
+def _read_script(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise typer.BadParameter(f"cannot read {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise typer.BadParameter(f"{path} is not UTF-8 text") from None
+
+
+def main() -> None:
+    """The console entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,338 @@
+"""Every tool call of one interpreter, from the frame that made it to its fate.
+
+Goal: each call gets exactly one true fate when its script's result is settled (DESIGN §3.3).
+The host knows what it did (dispatched, answered, gave up, refused); only the kernel knows
+whether code received the answer. The fate joins the two:
+
+- `refused`: never dispatched.
+- `pending`: no answer when settled, or the host gave up on the handler (`tool_timeout`) or
+  lost its source (`source_gone`): the effect may still come.
+- `seen`: the kernel said the code took the answer.
+- `late`: answered, but the kernel said the code stopped waiting before the answer reached
+  it, or the kernel died before it could say (`interpreter_gone`).
+- `unread`: answered, and no code took it.
+
+Memory stays bounded however many calls a script makes: a call whose fate is final is folded
+into its script's report (a record for the first 1,000, a count per tool beyond) and dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..kernel.brief import brief
+from .journal import CallAnswer, CallFate, CallStart, Journal
+
+MAX_RECORDS = 1000
+"""How many calls one result lists one by one; the rest are counted by tool."""
+
+FATES = ("seen", "unread", "late", "pending", "refused")
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One tool call and its fate, as a script's result reports it."""
+
+    id: str
+    tool: str
+    args_brief: str
+    fate: str
+    cause: str | None
+    answer_brief: str | None
+    is_error: bool
+    made_at: float
+    answered_at: float | None
+    made_before_start: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "tool": self.tool,
+            "args_brief": self.args_brief,
+            "fate": self.fate,
+            "cause": self.cause,
+            "answer_brief": self.answer_brief,
+            "is_error": self.is_error,
+            "made_at": self.made_at,
+            "answered_at": self.answered_at,
+            "made_before_start": self.made_before_start,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CallReport:
+    """What became of the tool calls of one script.
+
+    `made` counts calls made while the script ran, `made_before_start` those taken over from
+    between scripts (made by tasks an earlier script left running). `by_fate` counts every
+    call by fate; `records` lists the first 1,000 one by one; `unlisted` counts the rest by
+    tool.
+    """
+
+    made: int = 0
+    made_before_start: int = 0
+    by_fate: dict[str, int] = field(default_factory=dict)
+    records: tuple[CallRecord, ...] = ()
+    unlisted: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def not_seen(self) -> list[CallRecord]:
+        """The listed calls whose fate is not `seen`: the ones the agent must think about."""
+        return [record for record in self.records if record.fate != "seen"]
+
+    @property
+    def all_seen(self) -> bool:
+        return self.by_fate.get("seen", 0) == self.made + self.made_before_start
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "made": self.made,
+            "made_before_start": self.made_before_start,
+            "by_fate": dict(self.by_fate),
+            "records": [record.to_dict() for record in self.records],
+            "unlisted": dict(self.unlisted),
+        }
+
+
+class _Call:
+    __slots__ = (
+        "answer_brief",
+        "answered_at",
+        "args_brief",
+        "before_start",
+        "folded",
+        "host_cause",
+        "id",
+        "is_error",
+        "kernel_seen",
+        "made_at",
+        "refused",
+        "script",
+        "tool",
+        "unwaited",
+    )
+
+    def __init__(self, call_id: str, tool: str, args_brief: str, script: str | None) -> None:
+        self.id = call_id
+        self.tool = tool
+        self.args_brief = args_brief
+        self.script = script
+        self.made_at = time.time()
+        self.answered_at: float | None = None
+        self.answer_brief: str | None = None
+        self.is_error = False
+        self.refused = False
+        self.host_cause: str | None = None
+        self.kernel_seen = False
+        self.unwaited: tuple[str, bool] | None = None
+        self.before_start = False
+        self.folded = False
+
+
+class _Tally:
+    """One script's report while it is being built."""
+
+    __slots__ = ("by_fate", "made", "made_before_start", "open", "records", "unlisted")
+
+    def __init__(self) -> None:
+        self.made = 0
+        self.made_before_start = 0
+        self.by_fate: Counter[str] = Counter()
+        self.records: list[CallRecord] = []
+        self.unlisted: Counter[str] = Counter()
+        self.open: dict[int, _Call] = {}
+
+    def fold(self, call: _Call, fate: str, cause: str | None) -> None:
+        call.folded = True
+        self.by_fate[fate] += 1
+        if len(self.records) < MAX_RECORDS:
+            self.records.append(
+                CallRecord(
+                    id=call.id,
+                    tool=call.tool,
+                    args_brief=call.args_brief,
+                    fate=fate,
+                    cause=cause,
+                    answer_brief=call.answer_brief
+                    if fate in ("late", "unread", "refused")
+                    else None,
+                    is_error=call.is_error,
+                    made_at=call.made_at,
+                    answered_at=call.answered_at,
+                    made_before_start=call.before_start,
+                )
+            )
+        else:
+            self.unlisted[call.tool] += 1
+
+
+class CallLedger:
+    """The calls of one interpreter (one generation), grouped by the script they belong to."""
+
+    def __init__(self, prefix: str, shell: str, journal: Journal) -> None:
+        self._prefix = prefix
+        self._shell = shell
+        self._journal = journal
+        self._calls: dict[int, _Call] = {}
+        self._script: str | None = None
+        self._tally: _Tally | None = None
+        self._between = _Tally()
+
+    @property
+    def in_flight(self) -> int:
+        return sum(1 for call in self._calls.values() if call.answered_at is None)
+
+    def begin_script(self, script_id: str) -> None:
+        """Open the report of a new script; it takes over calls made between scripts."""
+        tally = self._between
+        self._between = _Tally()
+        tally.made_before_start = tally.made
+        tally.made = 0
+        for call in tally.open.values():
+            call.before_start = True
+        self._script = script_id
+        self._tally = tally
+
+    def made(self, frames: list[dict[str, Any]]) -> list[tuple[int, _Call, dict[str, Any]]]:
+        """Register call frames and journal them in one transaction, before any is acted on.
+
+        Returns `(n, call, args)` for each call to dispatch; refused ones are settled here.
+        Raises `ValueError` for a frame that is not a well-formed call (a protocol fault).
+        """
+        starts: list[CallStart] = []
+        todo: list[tuple[int, _Call, dict[str, Any]]] = []
+        for frame in frames:
+            n = frame.get("n")
+            tool = frame.get("tool")
+            script = frame.get("script")
+            if type(n) is not int or type(tool) is not str or n in self._calls:
+                raise ValueError("a call frame without a fresh number and a tool name")
+            refused = frame.get("refused")
+            args = frame.get("args")
+            if refused is None and type(args) is not dict:
+                raise ValueError("a call frame whose arguments are not an object")
+            script_id = script if script == self._script and script is not None else None
+            args_brief = str(frame.get("brief", "")) if refused is not None else brief(args)
+            call = _Call(f"{self._prefix}.{n}", tool, args_brief, script_id)
+            self._calls[n] = call
+            tally = self._tally_for(call)
+            tally.made += 1
+            tally.open[n] = call
+            starts.append(
+                CallStart(call.id, script_id, self._shell, tool, args_brief, call.made_at)
+            )
+            if refused is not None:
+                call.refused = True
+                call.answer_brief = str(refused)
+            else:
+                assert type(args) is dict
+                todo.append((n, call, args))
+        self._journal.record_calls(starts)
+        return todo
+
+    def refuse(self, n: int, reason: str) -> None:
+        """A call the host would not dispatch (unknown tool, invalid arguments)."""
+        call = self._calls.get(n)
+        if call is not None:
+            call.refused = True
+            call.answer_brief = reason
+            call.is_error = True
+
+    def answered(self, n: int, is_error: bool, value: Any, host_cause: str | None = None) -> None:
+        """The handler answered, or the host gave up on it (`host_cause`)."""
+        call = self._calls.get(n)
+        if call is None:
+            return
+        if host_cause is not None:
+            call.host_cause = host_cause
+            return
+        call.answered_at = time.time()
+        call.is_error = is_error
+        call.answer_brief = brief(value)
+        self._journal.record_answers(
+            [CallAnswer(call.id, call.answered_at, is_error, call.answer_brief)]
+        )
+        if call.folded:
+            del self._calls[n]
+
+    def acknowledged(self, acks: Iterable[Any]) -> None:
+        """The kernel's word on calls: `[n, "seen"]` or `[n, "unwaited", cause, arrived]`."""
+        for ack in acks:
+            if type(ack) is not list or not ack:
+                raise ValueError("an acknowledgement that is not a list")
+            call = self._calls.get(ack[0])
+            if call is None:
+                continue
+            if ack[1] == "seen":
+                call.kernel_seen = True
+                tally = self._open_tally(ack[0])
+                if tally is not None and not call.refused and call.host_cause is None:
+                    del tally.open[ack[0]]
+                    tally.fold(call, "seen", None)
+                    self._journal.settle_calls([CallFate(call.id, "seen", None)])
+                    if call.answered_at is not None:
+                        del self._calls[ack[0]]
+            elif ack[1] == "unwaited" and len(ack) >= 4:
+                call.unwaited = (str(ack[2]), bool(ack[3]))
+            else:
+                raise ValueError("an acknowledgement of an unknown kind")
+
+    def settle(self, interpreter_gone: bool) -> CallReport:
+        """Close the running script's report: every call it made gets its fate now."""
+        tally = self._tally or _Tally()
+        fates: list[CallFate] = []
+        for n, call in list(tally.open.items()):
+            fate, cause = _fate(call, interpreter_gone)
+            tally.fold(call, fate, cause)
+            fates.append(CallFate(call.id, fate, cause))
+            if fate != "pending" or interpreter_gone or call.host_cause is not None:
+                self._calls.pop(n, None)  # nothing more can come that the journal needs
+        self._journal.settle_calls(fates)
+        self._tally = None
+        self._script = None
+        order = {fate: i for i, fate in enumerate(FATES)}
+        by_fate = dict(sorted(tally.by_fate.items(), key=lambda item: order[item[0]]))
+        return CallReport(
+            made=tally.made,
+            made_before_start=tally.made_before_start,
+            by_fate=by_fate,
+            records=tuple(tally.records),
+            unlisted=dict(tally.unlisted),
+        )
+
+    def _tally_for(self, call: _Call) -> _Tally:
+        if call.script is not None and self._tally is not None:
+            return self._tally
+        return self._between
+
+    def _open_tally(self, n: int) -> _Tally | None:
+        if self._tally is not None and n in self._tally.open:
+            return self._tally
+        if n in self._between.open:
+            return self._between
+        return None
+
+
+def _fate(call: _Call, interpreter_gone: bool) -> tuple[str, str | None]:
+    if call.refused:
+        return "refused", None
+    if call.host_cause is not None:
+        return "pending", call.host_cause
+    if call.kernel_seen:
+        return "seen", None
+    if call.answered_at is not None:
+        if call.unwaited is not None:
+            cause, arrived = call.unwaited
+            return ("unread" if arrived else "late"), cause
+        if interpreter_gone:
+            return "late", "interpreter_gone"
+        return "unread", None
+    if call.unwaited is not None:
+        return "pending", call.unwaited[0]
+    if interpreter_gone:
+        return "pending", "interpreter_gone"
+    return "pending", None

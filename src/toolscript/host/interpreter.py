@@ -1,0 +1,474 @@
+"""One kernel process, seen from the host: start it, feed it scripts, stop it, settle it.
+
+Everything the kernel sends is untrusted. A frame that is malformed, oversized or unexpected
+makes the host kill that interpreter and report why; it never raises in the host. Every wait
+has a bound: start-up, a script (its time limit, then the grace period after the interrupt),
+the output's end marker, shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..kernel import wire
+from .calls import CallLedger, CallReport
+from .catalogue import Answer, ToolCatalogue
+from .journal import Journal
+from .output import Captured, StreamCapture
+
+KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernel"
+
+# Loads the kernel folder as a standalone package, so the chosen Python needs nothing of
+# toolscript installed and never imports the host's modules.
+_BOOTSTRAP = (
+    "import sys, importlib.util as u\n"
+    "s = u.spec_from_file_location('toolscript_kernel', sys.argv[1] + '/__init__.py',"
+    " submodule_search_locations=[sys.argv[1]])\n"
+    "m = u.module_from_spec(s); sys.modules['toolscript_kernel'] = m; s.loader.exec_module(m)\n"
+    "from toolscript_kernel.__main__ import main\n"
+    "main(sys.argv[2:])\n"
+)
+
+OUTPUT_END_WAIT = 2.0
+"""Seconds to wait, after a script ends, for its output's end marker on both pipes."""
+
+CHANNEL_LOST_WAIT = 1.0
+"""Seconds a kernel whose channel closed has to exit before that counts as a fault."""
+
+SHUTDOWN_WAIT = 2.0
+"""Seconds to wait for a kernel to exit after `shutdown` before it is killed."""
+
+
+class InterpreterStartError(Exception):
+    """The kernel could not be started or did not become ready; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """How to start a kernel."""
+
+    python: str = sys.executable
+    cwd: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    limits: dict[str, int | None] = field(default_factory=dict)
+    start_timeout: float = 20.0
+    output_limit: int = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one script ended, as the interpreter saw it, before it becomes a `ScriptResult`.
+
+    `ending` is the kernel's status (`ok`, `error`, `stopped`) or the host's own word:
+    `killed` (stopped by a kill after the grace period), `crashed` (the process died),
+    `fault` (it broke the protocol and was killed).
+    """
+
+    ending: str
+    report: dict[str, Any]
+    stdout: Captured
+    stderr: Captured
+    calls: CallReport
+    stop_reason: str | None = None
+    exit_description: str | None = None
+    fault: str | None = None
+    unattributed_bytes: int = 0
+
+
+class Interpreter:
+    """A kernel process with its channel, output pipes and call ledger."""
+
+    def __init__(
+        self,
+        launch: Launch,
+        catalogue: ToolCatalogue,
+        journal: Journal,
+        shell: str,
+        generation: int,
+    ) -> None:
+        self.launch = launch
+        self.generation = generation
+        self.shell = shell
+        self.catalogue = catalogue
+        self.ledger = CallLedger(f"{secrets.token_hex(4)}-{generation}", shell, journal)
+        self.pid: int | None = None
+        self.bind_failures: list[tuple[str, str]] = []
+        self.python_version: str | None = None
+        self._process: asyncio.SubprocessTransport | None = None
+        self._channel: asyncio.Transport | None = None
+        self._reader = wire.FrameReader()
+        self._stdout = StreamCapture(launch.output_limit)
+        self._stderr = StreamCapture(launch.output_limit)
+        self._outbox: list[bytes] = []
+        self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._done: asyncio.Future[dict[str, Any]] | None = None
+        self._script: str | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._exited = asyncio.Event()
+        self._pipes_closed = asyncio.Event()
+        self._open_pipes = 2
+        self.returncode: int | None = None
+        self.fault: str | None = None
+        self.closing = False
+        self.last_outcome: Outcome | None = None
+
+    # -- life --------------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and not self._exited.is_set() and self.fault is None
+
+    @property
+    def busy(self) -> bool:
+        return self._script is not None
+
+    async def start(self) -> None:
+        """Start the kernel, wait for `ready`, bind the tools. Raises `InterpreterStartError`."""
+        loop = asyncio.get_running_loop()
+        host_end, kernel_end = socket.socketpair()
+        config = json.dumps({"limits": self.launch.limits})
+        args = ["-I", "-c", _BOOTSTRAP, str(KERNEL_DIR), str(kernel_end.fileno()), config]
+        try:
+            transport, _ = await loop.subprocess_exec(
+                lambda: _ProcessProtocol(self),
+                self.launch.python,
+                *args,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                pass_fds=(kernel_end.fileno(),),
+                env=self.launch.env,
+                cwd=self.launch.cwd,
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as error:
+            host_end.close()
+            kernel_end.close()
+            raise InterpreterStartError(
+                f"the Python at {self.launch.python!r} could not be started: {error}"
+            ) from None
+        finally:
+            kernel_end.close()
+        self._process = transport
+        self.pid = transport.get_pid()
+        self._stdout.begin(secrets.token_hex(8))  # start-up output is the kernel's, not a script's
+        self._stderr.begin(secrets.token_hex(8))
+        self._channel, _ = await loop.connect_accepted_socket(
+            lambda: _ChannelProtocol(self), sock=host_end
+        )
+        try:
+            ready = await self._expect("ready", self.launch.start_timeout)
+            self.python_version = str(ready.get("python"))
+            if self.catalogue.plans:
+                bound = await self._expect(
+                    "bound", self.launch.start_timeout, {"t": "bind", "plans": self.catalogue.plans}
+                )
+                self.bind_failures = [
+                    (str(item[0]), str(item[1])) for item in bound.get("failures", [])
+                ]
+        except InterpreterStartError as error:
+            await self.kill()
+            stderr = self._stderr.take().text.strip()
+            detail = f"; it said: {stderr[-800:]}" if stderr else ""
+            raise InterpreterStartError(f"{error.reason}{detail}") from None
+
+    async def _expect(
+        self, kind: str, timeout: float, request: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiters[kind] = waiter
+        if request is not None:
+            self.send(request)
+        exited: asyncio.Future[Any] = asyncio.ensure_future(self._exited.wait())
+        try:
+            finished, _ = await asyncio.wait(
+                (waiter, exited), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            exited.cancel()
+            self._waiters.pop(kind, None)
+        if waiter in finished:
+            return waiter.result()
+        if self.fault is not None:
+            raise InterpreterStartError(f"the kernel broke the protocol: {self.fault}")
+        if self._exited.is_set():
+            raise InterpreterStartError(
+                f"the kernel exited during start-up ({describe_exit(self.returncode)})"
+            )
+        raise InterpreterStartError(f"the kernel did not answer {kind!r} within {timeout:g} s")
+
+    async def close(self) -> None:
+        """Ask the kernel to exit; kill its whole process group if it does not in time."""
+        self.closing = True
+        if self.alive:
+            self.send({"t": "shutdown"})
+            try:
+                await asyncio.wait_for(self._exited.wait(), SHUTDOWN_WAIT)
+            except TimeoutError:
+                pass
+        await self.kill()
+
+    async def kill(self) -> None:
+        """Kill the kernel and everything in its process group; bounded."""
+        if self.pid is not None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self._process is not None:
+            try:
+                await asyncio.wait_for(self._exited.wait(), SHUTDOWN_WAIT)
+            except TimeoutError:
+                pass
+            self._process.close()
+        if self._channel is not None:
+            self._channel.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    # -- scripts -----------------------------------------------------------------------------
+
+    async def execute(self, script_id: str, code: str, time_limit: float, grace: float) -> Outcome:
+        """Run one script to its end, whatever that end is. Cancelling this stops the script.
+
+        The caller must not run two scripts at once on one interpreter.
+        """
+        loop = asyncio.get_running_loop()
+        marker = secrets.token_hex(8)
+        self._stdout.begin(marker)
+        self._stderr.begin(marker)
+        self._done = loop.create_future()
+        self._script = script_id
+        self.ledger.begin_script(script_id)
+        self.send({"t": "exec", "script": script_id, "code": code, "marker": marker})
+        stop_reason: str | None = None
+        cancelled = False
+        try:
+            report = await asyncio.wait_for(asyncio.shield(self._done), time_limit)
+        except TimeoutError:
+            stop_reason = "time_limit"
+            report = await self._stop(script_id, stop_reason, grace)
+        except asyncio.CancelledError:
+            cancelled = True
+            stop_reason = "cancelled"
+            report = await asyncio.shield(self._stop(script_id, stop_reason, grace))
+        outcome = await self._conclude(report, stop_reason)
+        if cancelled:
+            self.last_outcome = outcome
+            raise asyncio.CancelledError
+        return outcome
+
+    async def stop(self, reason: str, grace: float) -> None:
+        """Stop the running script (used by a handle's cancel); `execute` then concludes."""
+        if self._script is not None and self._done is not None and not self._done.done():
+            await self._stop(self._script, reason, grace)
+
+    async def _stop(self, script_id: str, reason: str, grace: float) -> dict[str, Any]:
+        assert self._done is not None
+        if not self._done.done() and self.alive:
+            self.send({"t": "stop", "script": script_id, "reason": reason})
+            try:
+                return await asyncio.wait_for(asyncio.shield(self._done), grace)
+            except TimeoutError:
+                pass
+        if not self._done.done():
+            await self.kill()
+            if not self._done.done():
+                self._done.set_result({"status": "killed"})
+        return self._done.result()
+
+    async def _conclude(self, report: dict[str, Any], stop_reason: str | None) -> Outcome:
+        status = str(report.get("status"))
+        gone = status in ("killed", "crashed", "fault")
+        if gone:
+            await self.kill()
+            try:
+                await asyncio.wait_for(self._pipes_closed.wait(), OUTPUT_END_WAIT)
+            except TimeoutError:
+                pass
+        else:
+            await self._stdout.wait_ended(OUTPUT_END_WAIT)
+            await self._stderr.wait_ended(OUTPUT_END_WAIT)
+        stdout = self._stdout.take()
+        stderr = self._stderr.take()
+        calls = self.ledger.settle(interpreter_gone=gone)
+        self._script = None
+        self._done = None
+        if status == "stopped" and stop_reason is None:
+            stop_reason = str(report.get("reason", "stopped"))
+        return Outcome(
+            ending=status,
+            report=report,
+            stdout=stdout,
+            stderr=stderr,
+            calls=calls,
+            stop_reason=stop_reason,
+            exit_description=describe_exit(self.returncode) if gone else None,
+            fault=self.fault,
+            unattributed_bytes=self._stdout.unattributed_bytes + self._stderr.unattributed_bytes,
+        )
+
+    # -- the wire ----------------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self._channel is None or self._channel.is_closing():
+            return
+        self._outbox.append(wire.encode(message))
+        if len(self._outbox) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        if self._outbox and self._channel is not None and not self._channel.is_closing():
+            frames, self._outbox = self._outbox, []
+            self._channel.write(b"".join(frames))
+        self._outbox = []
+
+    def received(self, data: bytes) -> None:
+        try:
+            messages = self._reader.feed(data)
+            self._handle(messages)
+        except (wire.FrameError, ValueError, KeyError, TypeError) as error:
+            self._broke(str(error))
+
+    def _handle(self, messages: list[dict[str, Any]]) -> None:
+        calls: list[dict[str, Any]] = []
+        for message in messages:
+            kind = message.get("t")
+            if kind == "call":
+                calls.append(message)
+                continue
+            if calls:
+                self._dispatch(calls)
+                calls = []
+            if kind == "ack":
+                self.ledger.acknowledged(message["acks"])
+            elif kind == "done":
+                if self._done is None or message.get("script") != self._script:
+                    raise ValueError("a 'done' frame for no running script")
+                if not self._done.done():
+                    self._done.set_result(message)
+            elif kind in self._waiters:
+                waiter = self._waiters[kind]
+                if not waiter.done():
+                    waiter.set_result(message)
+            else:
+                raise ValueError(f"an unexpected frame of kind {str(kind)[:40]!r}")
+        if calls:
+            self._dispatch(calls)
+
+    def _dispatch(self, frames: list[dict[str, Any]]) -> None:
+        for n, call, args in self.ledger.made(frames):
+            key = call.tool
+            problem = self.catalogue.check(key, args)
+            if problem is not None:
+                self.ledger.refuse(n, problem)
+                self.send(Answer("refused", message=problem).to_frame(n))
+                continue
+            task = asyncio.get_running_loop().create_task(self._answer(n, key, args))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, n: int, key: str, args: dict[str, Any]) -> None:
+        answer = await self.catalogue.call(key, args)
+        if answer.kind in ("tool_timeout", "source_gone"):
+            self.ledger.answered(n, True, None, host_cause=answer.kind)
+        else:
+            self.ledger.answered(n, answer.kind != "value", answer.value)
+        self.send(answer.to_frame(n))
+
+    def _broke(self, reason: str) -> None:
+        if self.fault is not None:
+            return
+        self.fault = reason
+        if self._process is not None and self.pid is not None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self._done is not None and not self._done.done():
+            self._done.set_result({"status": "fault"})
+
+    def channel_lost(self) -> None:
+        # A kernel that dies closes its channel too, often a moment before the exit is
+        # reported: only a channel closed by a kernel that goes on living is a fault.
+        if not self._exited.is_set() and not self.closing:
+            asyncio.get_running_loop().call_later(CHANNEL_LOST_WAIT, self._channel_lost_check)
+
+    def _channel_lost_check(self) -> None:
+        if not self._exited.is_set() and not self.closing:
+            self._broke("it closed its channel to the host")
+
+    def exited(self, returncode: int | None) -> None:
+        self.returncode = returncode
+        self._exited.set()
+        if self._done is not None and not self._done.done():
+            self._done.set_result({"status": "crashed"})
+
+    def pipe_data(self, fd: int, data: bytes) -> None:
+        (self._stdout if fd == 1 else self._stderr).feed(data)
+
+    def pipe_closed(self, fd: int) -> None:
+        (self._stdout if fd == 1 else self._stderr).close()
+        self._open_pipes -= 1
+        if self._open_pipes <= 0:
+            self._pipes_closed.set()
+
+
+def describe_exit(returncode: int | None) -> str:
+    """An exit status in words: `exit code 3`, `signal 9 (SIGKILL)`."""
+    if returncode is None:
+        return "exit status unknown"
+    if returncode < 0:
+        number = -returncode
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {number} ({name})"
+    return f"exit code {returncode}"
+
+
+class _ChannelProtocol(asyncio.Protocol):
+    def __init__(self, interpreter: Interpreter) -> None:
+        self._interpreter = interpreter
+
+    def data_received(self, data: bytes) -> None:
+        self._interpreter.received(data)
+
+    def eof_received(self) -> bool:
+        self._interpreter.channel_lost()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._interpreter.channel_lost()
+
+
+class _ProcessProtocol(asyncio.SubprocessProtocol):
+    def __init__(self, interpreter: Interpreter) -> None:
+        self._interpreter = interpreter
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        self._interpreter.pipe_data(fd, data if isinstance(data, bytes) else data.encode())
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._interpreter.pipe_closed(fd)
+
+    def process_exited(self) -> None:
+        transport = self._transport
+        self._interpreter.exited(transport.get_returncode() if transport is not None else None)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport: asyncio.SubprocessTransport | None = transport  # type: ignore[assignment]

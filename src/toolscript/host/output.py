@@ -1,0 +1,143 @@
+"""A script's stdout and stderr: attributed to the script that wrote them, held within a bound.
+
+The kernel's fd 1 and fd 2 are pipes the host reads all the time, so output of subprocesses
+and C extensions is captured along with `print`. To know where one script's output ends, the
+kernel writes a marker (a NUL, a nonce the host chose for that script, a NUL) to both pipes
+after the script ends; bytes before it belong to the script, bytes after it belong to nobody
+(a task or subprocess that outlived its script) and are only counted.
+
+Memory is bounded however much is written: the first half of the limit and the last half are
+kept, and what lies between is counted, never held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+
+def cut_middle(text: str, limit: int, unit: str = "characters") -> str:
+    """`text` with its middle replaced by a stated cut when it is longer than `limit`."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit, 2)
+    head = keep // 2
+    tail = keep - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n… {cut:,} {unit} cut …\n{text[len(text) - tail :]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Captured:
+    """What one script wrote to one stream: the kept text and how much was written."""
+
+    text: str
+    total_bytes: int
+    cut_bytes: int
+
+
+class StreamCapture:
+    """One output pipe of one interpreter, read from the first byte to the last."""
+
+    def __init__(self, limit: int) -> None:
+        self._half = max(limit // 2, 1)
+        self._marker = b""
+        self._window = b""
+        self._capturing = False
+        self._head = bytearray()
+        self._tail = bytearray()
+        self._total = 0
+        self.unattributed_bytes = 0
+        self._ended = asyncio.Event()
+        self.closed = False
+
+    def begin(self, nonce: str) -> None:
+        """Attribute what follows to a new script, until the marker made from `nonce`."""
+        self._marker = b"\x00" + nonce.encode("ascii") + b"\x00"
+        self._window = b""
+        self._capturing = True
+        self._head = bytearray()
+        self._tail = bytearray()
+        self._total = 0
+        self._ended = asyncio.Event()
+
+    def feed(self, data: bytes) -> None:
+        if not self._capturing:
+            self.unattributed_bytes += len(data)
+            return
+        window = self._window + data if self._window else data
+        found = window.find(self._marker)
+        if found >= 0:
+            self._keep(window[:found])
+            self.unattributed_bytes += len(window) - found - len(self._marker)
+            self._window = b""
+            self._capturing = False
+            self._ended.set()
+            return
+        hold = len(self._marker) - 1
+        if len(window) > hold:
+            self._keep(window[: len(window) - hold])
+            self._window = window[len(window) - hold :]
+        else:
+            self._window = window
+
+    def close(self) -> None:
+        """The pipe closed: whatever was held back as a possible marker start is the script's."""
+        self.closed = True
+        if self._capturing and self._window:
+            self._keep(self._window)
+            self._window = b""
+        self._ended.set()
+
+    async def wait_ended(self, timeout: float) -> bool:
+        """Wait until the script's marker (or the pipe's end) was read; False on timeout."""
+        if self._ended.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self._ended.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def take(self) -> Captured:
+        """The current script's output so far; capturing stops."""
+        if self._capturing and self._window:
+            self._keep(self._window)
+            self._window = b""
+        self._capturing = False
+        head = bytes(self._head)
+        tail = bytes(self._tail[-self._half :])
+        kept = len(head) + len(tail)
+        cut = self._total - kept
+        if cut:
+            text = _decode(head) + f"\n… {cut:,} bytes of output cut …\n" + _decode(tail)
+        else:
+            text = _decode(head + tail)
+        captured = Captured(text=text, total_bytes=self._total, cut_bytes=cut)
+        self._head = bytearray()
+        self._tail = bytearray()
+        self._total = 0
+        return captured
+
+    def _keep(self, data: bytes) -> None:
+        if not data:
+            return
+        self._total += len(data)
+        room = self._half - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+            if not data:
+                return
+        tail = self._tail
+        tail += data
+        if len(tail) > 2 * self._half:
+            del tail[: len(tail) - self._half]
+
+    @property
+    def held_bytes(self) -> int:
+        return len(self._head) + len(self._tail) + len(self._window)
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "backslashreplace")

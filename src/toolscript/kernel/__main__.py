@@ -1,0 +1,51 @@
+"""Start a kernel: `python -I -m toolscript.kernel FD [CONFIG_JSON]`.
+
+The host usually starts it with a bootstrap that loads this package from its folder under
+the private name `toolscript_kernel` (see `toolscript.host.interpreter`), so that the user's
+Python needs nothing of toolscript installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import socket
+import sys
+from typing import Any
+
+from .runner import Kernel
+
+_LIMITS = {
+    "address_space": resource.RLIMIT_AS,
+    "cpu_time": resource.RLIMIT_CPU,
+    "processes": resource.RLIMIT_NPROC,
+    "file_size": resource.RLIMIT_FSIZE,
+    "open_files": resource.RLIMIT_NOFILE,
+}
+
+
+def apply_limits(limits: dict[str, Any]) -> None:
+    """Lower this process's resource limits; a limit is never raised above its hard value."""
+    for name, value in limits.items():
+        which = _LIMITS.get(name)
+        if which is None or value is None:
+            continue
+        _soft, hard = resource.getrlimit(which)
+        wanted = int(value)
+        if hard != resource.RLIM_INFINITY:
+            wanted = min(wanted, hard)
+        resource.setrlimit(which, (wanted, wanted))
+
+
+def main(argv: list[str]) -> None:
+    fd = int(argv[0])
+    config: dict[str, Any] = json.loads(argv[1]) if len(argv) > 1 else {}
+    channel = socket.socket(fileno=fd)
+    os.set_inheritable(fd, False)
+    apply_limits(config.get("limits", {}))
+    Kernel(channel).serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,278 @@
+"""Tool calls as the script sees them, and what only the kernel can tell the host about them.
+
+Goal: the host must learn, for every call, whether the code that made it received the answer.
+Timing cannot tell (an answer can arrive while the event loop is held, or after the code gave
+up), so the kernel says it, at the moment it happens:
+
+- `seen`: the awaiting code resumed with the answer. When the tool's coroutine is itself the
+  top-level coroutine of a task (`create_task(t())`, `gather(t(), ...)`), the answer is held by
+  the task, and it counts as seen only when code takes the task's result; gather takes it only
+  when every child succeeded, so the siblings of a failed gather stay unread, as they are.
+- `unwaited`, with a cause: the code stopped waiting first (the call's own `timeout=`, its
+  cancellation by the script's `wait_for`/`gather`/`TaskGroup`, a stop), and whether the answer
+  had already reached the kernel.
+
+Acknowledgements are batched with every other outgoing frame, once per loop iteration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from types import CoroutineType
+from typing import Any
+
+from .brief import brief
+from .content import from_wire
+from .wire import encode
+
+
+class ToolError(Exception):
+    """A tool answered with an error, or the call was refused before it was sent."""
+
+
+class ToolTimeout(TimeoutError):
+    """A tool call passed its timeout. The call was sent, so its effect may still come."""
+
+
+ToolError.__module__ = ToolTimeout.__module__ = "tools"
+
+
+class _Call:
+    __slots__ = ("arrived", "deadline", "future", "held_by_task", "loop", "n", "timed_out")
+
+    def __init__(self, n: int, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]):
+        self.n = n
+        self.loop = loop
+        self.future = future
+        self.arrived = False
+        self.timed_out = False
+        self.held_by_task = False
+        self.deadline: float | None = None
+
+
+class ScriptTask(asyncio.Task[Any]):
+    """A task that notes when code takes its result, so a held answer is counted seen then."""
+
+    _toolscript_held: list[int] | None = None
+
+    def result(self) -> Any:
+        try:
+            return super().result()
+        finally:
+            if self._toolscript_held and self.done() and not self.cancelled():
+                self._toolscript_taken()
+
+    def exception(self) -> BaseException | None:
+        error = super().exception()
+        if error is not None and self._toolscript_held:
+            self._toolscript_taken()
+        return error
+
+    def __await__(self) -> Any:
+        try:
+            return (yield from super().__await__())
+        finally:
+            if self._toolscript_held and self.done() and not self.cancelled():
+                self._toolscript_taken()
+
+    __iter__ = __await__
+
+    def _toolscript_taken(self) -> None:
+        held, self._toolscript_held = self._toolscript_held, None
+        if held and _table is not None:
+            for n in held:
+                _table.acknowledge_seen(n)
+
+
+_table: CallTable | None = None
+
+
+class CallTable:
+    """Every call in flight from this interpreter, and the acknowledgements owed to the host.
+
+    `post(frame_bytes)` sends a frame (batched when called on the kernel's loop thread);
+    `script_id()` names the script running now, or None between scripts.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        post: Callable[[bytes], None],
+        script_id: Callable[[], str | None],
+        stopping: Callable[[], bool],
+    ) -> None:
+        global _table
+        _table = self
+        self._loop = loop
+        self._post = post
+        self._script_id = script_id
+        self._stopping = stopping
+        self._numbers = itertools.count(1)
+        self._waiting: dict[int, _Call] = {}
+        self._acks: list[list[Any]] = []
+        self.tool_qualnames: frozenset[str] = frozenset()
+        self.never_awaited: list[str] = []
+        self._original_unawaited = getattr(warnings, "_warn_unawaited_coroutine", None)
+        warnings._warn_unawaited_coroutine = self._on_unawaited  # type: ignore[attr-defined]
+
+    # -- the script's side -------------------------------------------------------------------
+
+    async def invoke(self, key: str, args: dict[str, Any], timeout: float | None) -> Any:
+        """Send one call and wait for its answer. The bound tool functions await this."""
+        if timeout is not None and (
+            type(timeout) not in (int, float) or not timeout > 0 or timeout != timeout
+        ):
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        loop = asyncio.get_running_loop()
+        caller = sys._getframe(1)
+        task = asyncio.current_task(loop)
+        n = next(self._numbers)
+        try:
+            frame = encode(
+                {"t": "call", "n": n, "tool": key, "args": args, "script": self._script_id()}
+            )
+        except (TypeError, ValueError, RecursionError, MemoryError) as error:
+            reason = f"its arguments cannot be sent as JSON ({type(error).__name__}: {error})"
+            self._post(
+                encode(
+                    {
+                        "t": "call",
+                        "n": n,
+                        "tool": key,
+                        "refused": reason,
+                        "brief": brief(args),
+                        "script": self._script_id(),
+                    }
+                )
+            )
+            raise ToolError(f"{key}: the call was not sent: {reason}") from None
+        future: asyncio.Future[Any] = loop.create_future()
+        call = _Call(n, loop, future)
+        call.held_by_task = (
+            task is not None
+            and isinstance(task, ScriptTask)
+            and getattr(task.get_coro(), "cr_frame", None) is caller
+        )
+        self._waiting[n] = call
+        self._post(frame)
+        timer = None
+        if timeout is not None:
+            call.deadline = loop.time() + timeout
+            timer = loop.call_later(timeout, self._expire, call)
+        try:
+            answer = await future
+        except asyncio.CancelledError:
+            self._waiting.pop(n, None)
+            if call.timed_out:
+                self._unwaited(call, "timeout")
+                raise ToolTimeout(
+                    f"{key} did not answer within the {timeout:g} s you asked for. The call "
+                    "was sent, so it may still take effect: check before you repeat it."
+                ) from None
+            self._unwaited(call, "stopped" if self._stopping() else "cancelled")
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if call.held_by_task:
+            held = task._toolscript_held  # type: ignore[union-attr]
+            if held is None:
+                task._toolscript_held = [n]  # type: ignore[union-attr]
+            else:
+                held.append(n)
+        else:
+            self.acknowledge_seen(n)
+        if answer.get("ok"):
+            return from_wire(answer.get("value"))
+        message = str(answer.get("message", "the tool reported an error"))
+        if answer.get("error") == "ToolTimeout":
+            raise ToolTimeout(message)
+        raise ToolError(message)
+
+    def _expire(self, call: _Call) -> None:
+        if not call.future.done():
+            call.timed_out = True
+            call.future.cancel()
+
+    # -- the host's side ---------------------------------------------------------------------
+
+    def deliver(self, n: int, answer: dict[str, Any]) -> None:
+        """Hand an answer from the host to the code waiting for it (on the kernel's loop)."""
+        call = self._waiting.get(n)
+        if call is None:
+            return  # its code stopped waiting already; the host was told so
+        if call.loop is self._loop:
+            self._deliver(call, answer)
+        else:
+            try:
+                call.loop.call_soon_threadsafe(self._deliver, call, answer)
+            except RuntimeError:  # that thread's loop is closed: nobody can receive it
+                self._waiting.pop(n, None)
+                self._unwaited(call, "cancelled")
+
+    def _deliver(self, call: _Call, answer: dict[str, Any]) -> None:
+        if call.future.done():
+            return
+        if call.deadline is not None and call.loop.time() >= call.deadline:
+            # The loop was held past the call's own timeout: the code's time was up before
+            # it could look, so the timeout wins and the answer counts as late.
+            self._expire(call)
+            return
+        call.arrived = True
+        call.future.set_result(answer)
+
+    def acknowledge_seen(self, n: int) -> None:
+        self._queue_ack([n, "seen"])
+
+    def _unwaited(self, call: _Call, cause: str) -> None:
+        self._queue_ack([call.n, "unwaited", cause, call.arrived])
+
+    def _queue_ack(self, ack: list[Any]) -> None:
+        if threading.get_ident() == _MAIN_THREAD:
+            self._acks.append(ack)
+            if len(self._acks) == 1:
+                self._loop.call_soon(self.flush_acks)
+        else:
+            self._post(encode({"t": "ack", "acks": [ack]}))
+
+    def flush_acks(self) -> None:
+        if self._acks:
+            acks, self._acks = self._acks, []
+            self._post(encode({"t": "ack", "acks": acks}))
+
+    def cancel_waiting(self) -> None:
+        """Wake every call still waiting on another thread's loop after a stop."""
+        for call in list(self._waiting.values()):
+            if call.loop is not self._loop and not call.loop.is_closed():
+                call.loop.call_soon_threadsafe(call.future.cancel)
+
+    # -- calls that never ran ----------------------------------------------------------------
+
+    def _on_unawaited(self, coroutine: Any) -> None:
+        name = getattr(coroutine, "__qualname__", None)
+        if name in self.tool_qualnames:
+            self.never_awaited.append(name)
+        elif self._original_unawaited is not None:
+            self._original_unawaited(coroutine)
+
+    def take_never_awaited(self, namespace: dict[str, Any]) -> list[str]:
+        """Tool calls created but never awaited: dropped ones, and ones left in variables."""
+        found = self.never_awaited
+        self.never_awaited = []
+        for value in list(namespace.values()):
+            if (
+                type(value) is CoroutineType
+                and value.__qualname__ in self.tool_qualnames
+                and inspect.getcoroutinestate(value) == inspect.CORO_CREATED
+            ):
+                found.append(value.__qualname__)
+        return found
+
+
+_MAIN_THREAD = threading.main_thread().ident

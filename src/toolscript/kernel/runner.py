@@ -1,0 +1,406 @@
+"""The kernel: runs scripts as cells in one persistent namespace, and answers the host.
+
+The main thread runs one asyncio event loop for the kernel's whole life, so tasks a script
+leaves running keep running between scripts. A reader thread turns the host's bytes into
+frames and hands each batch to the loop in one wake-up.
+
+How a stop reaches the script (goal: interrupt blocking C calls like `time.sleep`, pure-Python
+loops and awaits alike, with an exception the script can clean up after):
+
+- A `stop` frame reaches the reader thread, which records which script to stop, then raises
+  SIGINT in the main thread and wakes the loop. Doing both from the reader keeps their order:
+  the signal handler always knows a stop was asked for (a stray SIGINT is ignored).
+- If the main thread is idle in the selector (the script is awaiting), raising there would
+  tear the loop down, so the handler does nothing and the loop wakes to cancel the script's
+  task: the script sees `CancelledError` at its `await`.
+- If the main thread is anywhere else (script code, or a C call it made), the handler raises
+  `KeyboardInterrupt` there. A handler that runs inside the kernel's own or asyncio's code
+  cancels the task instead, so the kernel's state is never torn.
+- A script that ignores both is killed by the host after the grace period.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import builtins
+import io
+import linecache
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+import traceback
+import types
+from typing import Any
+
+from .calls import CallTable, ScriptTask, ToolError, ToolTimeout
+from .wire import FrameError, FrameReader, encode
+
+_KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
+_ASYNCIO_DIR = os.path.dirname(os.path.abspath(asyncio.__file__))
+_INTERNAL = (_KERNEL_DIR, _ASYNCIO_DIR, os.path.abspath(selectors.__file__))
+_VALUE_NAME = "__toolscript_value__"
+
+
+class _WatchedSelector(selectors.DefaultSelector):
+    """The loop's selector, which says whether the main thread is idle in it."""
+
+    idle = False
+
+    def select(self, timeout: float | None = None) -> Any:
+        self.idle = True
+        try:
+            return super().select(timeout)
+        finally:
+            self.idle = False
+
+
+class _Script:
+    __slots__ = ("finished", "id", "marker", "stop_reason", "task")
+
+    def __init__(self, script_id: str, marker: str) -> None:
+        self.id = script_id
+        self.marker = marker
+        self.task: asyncio.Task[Any] | None = None
+        self.stop_reason: str | None = None
+        self.finished = False
+
+
+class Kernel:
+    """One interpreter's whole service: the loop, the namespace, the channel to the host."""
+
+    def __init__(self, channel: socket.socket) -> None:
+        self._channel = channel
+        self._send_lock = threading.Lock()
+        self._selector = _WatchedSelector()
+        self.loop = asyncio.SelectorEventLoop(self._selector)
+        asyncio.set_event_loop(self.loop)
+        self.loop.set_task_factory(_task_factory)
+        self._outbox: list[bytes] = []
+        self._script: _Script | None = None
+        self._stop_target: str | None = None
+        self.namespace: dict[str, Any] = {
+            "__name__": "__main__",
+            "__builtins__": builtins,
+            "ToolError": ToolError,
+            "ToolTimeout": ToolTimeout,
+        }
+        self.calls = CallTable(self.loop, self.post, self._current_script_id, self._stopping)
+        self._tools_module = types.ModuleType("tools", "The tools bound into this interpreter.")
+        self._tools_module.ToolError = ToolError  # type: ignore[attr-defined]
+        self._tools_module.ToolTimeout = ToolTimeout  # type: ignore[attr-defined]
+        sys.modules["tools"] = self._tools_module
+        self.namespace["tools"] = self._tools_module
+        self._stdout = _text_stream(1)
+        self._stderr = _text_stream(2)
+        sys.stdout = self._stdout
+        sys.stderr = self._stderr
+        self._patch_asyncio_run()
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def post(self, frame: bytes) -> None:
+        """Send a frame: batched once per loop iteration on the loop's thread, direct elsewhere."""
+        if threading.get_ident() == _MAIN:
+            self._outbox.append(frame)
+            if len(self._outbox) == 1:
+                self.loop.call_soon(self._flush)
+        else:
+            self._send(frame)
+
+    def _flush(self) -> None:
+        if self._outbox:
+            frames, self._outbox = self._outbox, []
+            self._send(b"".join(frames))
+
+    def _send(self, data: bytes) -> None:
+        try:
+            with self._send_lock:
+                self._channel.sendall(data)
+        except OSError:
+            os._exit(0)  # the host is gone; nothing is left to serve
+
+    # -- receiving ---------------------------------------------------------------------------
+
+    def _read_forever(self) -> None:
+        reader = FrameReader()
+        while True:
+            try:
+                data = self._channel.recv(1 << 18)
+            except OSError:
+                data = b""
+            if not data:
+                os._exit(0)  # the host closed the channel or died: end with it
+            try:
+                messages = reader.feed(data)
+            except FrameError:
+                os._exit(70)
+            stop = None
+            for message in messages:
+                if message.get("t") == "stop":
+                    stop = message
+            if stop is not None:
+                self._stop_target = stop.get("script")
+                signal.pthread_kill(_MAIN, signal.SIGINT)
+            self.loop.call_soon_threadsafe(self._receive, messages)
+
+    def _receive(self, messages: list[dict[str, Any]]) -> None:
+        for message in messages:
+            kind = message.get("t")
+            if kind == "answer":
+                self.calls.deliver(message["n"], message)
+            elif kind == "exec":
+                self._start_script(message)
+            elif kind == "stop":
+                self._stop(message.get("script"), str(message.get("reason", "stopped")))
+            elif kind == "bind":
+                self._bind(message.get("plans", []))
+            elif kind == "shutdown":
+                self._flush()
+                os._exit(0)
+
+    # -- scripts -----------------------------------------------------------------------------
+
+    def _current_script_id(self) -> str | None:
+        script = self._script
+        return None if script is None or script.finished else script.id
+
+    def _stopping(self) -> bool:
+        script = self._script
+        return script is not None and script.stop_reason is not None
+
+    def _start_script(self, message: dict[str, Any]) -> None:
+        script = _Script(str(message["script"]), str(message["marker"]))
+        self._script = script
+        sys.stdout = self._stdout
+        sys.stderr = self._stderr
+        try:
+            code = _compile_cell(str(message["code"]), f"<script {script.id}>")
+        except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as error:
+            self._finish(script, {"status": "error", "error": _format_compile_error(error)})
+            return
+        script.task = self.loop.create_task(self._run_cell(code))
+        script.task.add_done_callback(lambda task: self._on_cell_done(script, task))
+
+    async def _run_cell(self, code: types.CodeType) -> Any:
+        namespace = self.namespace
+        result = eval(code, namespace)
+        if type(result) is types.CoroutineType:
+            await result
+        return namespace.pop(_VALUE_NAME, None)
+
+    def _on_cell_done(self, script: _Script, task: asyncio.Task[Any]) -> None:
+        report: dict[str, Any]
+        error: BaseException | None = None if task.cancelled() else task.exception()
+        if script.stop_reason is not None:
+            report = {"status": "stopped", "reason": script.stop_reason}
+            if error is not None and not isinstance(error, KeyboardInterrupt):
+                report["error"] = _format_exception(error)
+        elif task.cancelled():
+            report = {"status": "error", "error": "The script's own task was cancelled."}
+        elif error is None:
+            report = {"status": "ok", "value": _safe_repr(task.result())}
+        elif isinstance(error, SystemExit):
+            code = error.code
+            if code is None or code == 0:
+                report = {"status": "ok", "exit": 0}
+            else:
+                report = {
+                    "status": "error",
+                    "exit": code if isinstance(code, int) else 1,
+                    "error": f"The script called sys.exit({code!r}).",
+                }
+        else:
+            report = {"status": "error", "error": _format_exception(error)}
+            if isinstance(error, MemoryError):
+                report["memory"] = True
+        if script.stop_reason is not None:
+            self.loop.create_task(self._settle_stop(script, report))
+        else:
+            self._finish(script, report)
+
+    async def _settle_stop(self, script: _Script, report: dict[str, Any]) -> None:
+        # Stop means stopped: tasks the script started end with it. Give them a moment to
+        # run their cleanup and tell which calls they stopped waiting for.
+        current = asyncio.current_task()
+        others = [task for task in asyncio.all_tasks(self.loop) if task is not current]
+        for task in others:
+            task.cancel()
+        self.calls.cancel_waiting()
+        if others:
+            await asyncio.wait(others, timeout=1.0)
+        self._finish(script, report)
+
+    def _stop(self, script_id: Any, reason: str) -> None:
+        script = self._script
+        if script is None or script.finished or script.id != script_id:
+            return
+        if script.stop_reason is None:
+            script.stop_reason = reason
+        if script.task is not None and not script.task.done():
+            script.task.cancel()
+
+    def _finish(self, script: _Script, report: dict[str, Any]) -> None:
+        script.finished = True
+        report["never_awaited"] = self.calls.take_never_awaited(self.namespace)
+        report["t"] = "done"
+        report["script"] = script.id
+        for stream in (self._stdout, self._stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        marker = b"\x00" + script.marker.encode("ascii") + b"\x00"
+        for fd in (1, 2):
+            try:
+                os.write(fd, marker)
+            except OSError:
+                pass
+        self.calls.flush_acks()
+        try:
+            frame = encode(report)
+        except (TypeError, ValueError, RecursionError):
+            frame = encode({k: v for k, v in report.items() if k != "exit"})
+        self.post(frame)
+        self._flush()
+
+    def _on_interrupt(self, signum: int, frame: types.FrameType | None) -> None:
+        script = self._script
+        if script is None or script.finished or script.id != self._stop_target:
+            return  # a stray interrupt: no stop was asked for the running script
+        if script.stop_reason is None:
+            script.stop_reason = "stopped"
+        if self._selector.idle:
+            return  # the loop wakes and cancels the task itself
+        task = script.task
+        if task is not None and asyncio.current_task(self.loop) is not task:
+            self.loop.call_soon(task.cancel)  # interrupted elsewhere: the script still ends
+        filename = frame.f_code.co_filename if frame is not None else ""
+        if filename.startswith(_INTERNAL):
+            if task is not None:
+                self.loop.call_soon(task.cancel)
+            return
+        raise KeyboardInterrupt
+
+    # -- tools -------------------------------------------------------------------------------
+
+    def _bind(self, plans: list[dict[str, Any]]) -> None:
+        from .binding import bind
+
+        bound = bind(plans, self.calls.invoke)
+        for name, value in bound.top_level.items():
+            self.namespace[name] = value
+            setattr(self._tools_module, name, value)
+        self.calls.tool_qualnames = frozenset(bound.qualnames)
+        failures = [[key, why] for key, why in bound.failures]
+        self.post(encode({"t": "bound", "failures": failures}))
+
+    def _patch_asyncio_run(self) -> None:
+        original = asyncio.run
+
+        def run(main: Any, *, debug: bool | None = None) -> Any:
+            if threading.get_ident() == _MAIN:
+                if asyncio.iscoroutine(main):
+                    main.close()
+                raise RuntimeError(
+                    "asyncio.run() cannot be used here: the script already runs inside an "
+                    "event loop. Use top-level `await main()` instead."
+                )
+            return original(main, debug=debug)
+
+        asyncio.run = run
+
+    # -- life --------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        signal.signal(signal.SIGINT, self._on_interrupt)
+        threading.Thread(target=self._read_forever, name="toolscript-reader", daemon=True).start()
+        self.post(
+            encode(
+                {
+                    "t": "ready",
+                    "pid": os.getpid(),
+                    "python": sys.version.split()[0],
+                    "executable": sys.executable,
+                }
+            )
+        )
+        while True:
+            try:
+                self.loop.run_forever()
+            except BaseException:
+                continue
+
+
+def _task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+    return ScriptTask(coro, loop=loop, **kwargs)
+
+
+def _text_stream(fd: int) -> io.TextIOWrapper:
+    return io.TextIOWrapper(
+        open(fd, "wb", buffering=1 << 16, closefd=False),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+    )
+
+
+def _compile_cell(source: str, filename: str) -> types.CodeType:
+    tree = ast.parse(source, filename, "exec")
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = tree.body[-1]
+        assign = ast.Assign(targets=[ast.Name(_VALUE_NAME, ast.Store())], value=last.value)
+        tree.body[-1] = ast.copy_location(assign, last)
+        ast.fix_missing_locations(tree)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    code: types.CodeType = compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    return code
+
+
+def _safe_repr(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        text = repr(value)
+    except BaseException as error:
+        return f"<the value's repr failed: {type(error).__name__}: {error}>"
+    if not isinstance(text, str):
+        return f"<the value's repr returned {type(text).__name__}, not str>"
+    return text
+
+
+def _format_exception(error: BaseException) -> str:
+    tb = error.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<script"):
+        tb = tb.tb_next
+    try:
+        summary = traceback.TracebackException(type(error), error, tb)
+        _drop_internal_frames(summary)
+        return "".join(summary.format())
+    except BaseException:
+        return f"{type(error).__name__} (its traceback could not be formatted)"
+
+
+def _drop_internal_frames(summary: traceback.TracebackException) -> None:
+    # A tool's error is raised inside the kernel's call machinery; the script's reader only
+    # needs the script's own frames, so the kernel's and the bound tools' are left out.
+    seen: set[int] = set()
+    while summary is not None and id(summary) not in seen:
+        seen.add(id(summary))
+        frames = [
+            frame
+            for frame in summary.stack
+            if not frame.filename.startswith((_KERNEL_DIR, "<tool "))
+        ]
+        summary.stack = traceback.StackSummary.from_list(frames)
+        summary = summary.__cause__ or summary.__context__  # type: ignore[assignment]
+
+
+def _format_compile_error(error: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(error), error))
+
+
+_MAIN = threading.main_thread().ident or 0
