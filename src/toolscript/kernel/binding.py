@@ -1,0 +1,259 @@
+"""Tools as real Python functions inside the script, built from the host's binding plans.
+
+The host decides everything about a tool's Python face (its spelling, parameters, defaults,
+annotations, docstring) in a binding plan (see `toolscript.tools.binding`); this module only
+builds what the plan says. Each tool becomes a real `async def` compiled from source, so
+`inspect.signature`, `help()` and Python's own argument errors (a missing required argument,
+an unexpected keyword) work as for any function. The body maps identifier spellings back to
+the tool's own names and awaits `invoke(key, arguments, timeout)`.
+
+Only what the caller passed is sent: an optional parameter whose value is the very default
+object of the signature is left out, so the tool applies its own default.
+
+A plan that cannot be built (a malformed plan, a name that is not an identifier, a name taken
+twice) is listed in `Bound.failures` with the reason; it never stops the other tools, and
+`bind` never raises.
+"""
+
+from __future__ import annotations
+
+import keyword
+import types
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Invoke = Callable[[str, dict[str, Any], "float | None"], Awaitable[Any]]
+
+_ANNOTATION_NAMES: dict[str, Any] = {
+    "Any": Any,
+    "Literal": Literal,
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "list": list,
+    "dict": dict,
+    "None": None,
+}
+
+
+@dataclass
+class Bound:
+    """The tools of one binding, ready to put into a script's namespace.
+
+    `top_level` maps names to objects for the script's namespace: Python tools by their
+    spelling, and one `ServerTools` per server by its spelling. `servers` holds the servers
+    alone. `failures` lists `(tool key, why)` for each plan that could not be built.
+    `qualnames` holds the `__qualname__` of every generated function (`"github.create_issue"`,
+    or the spelling of a top-level tool), to recognize tool coroutines.
+    """
+
+    top_level: dict[str, Any] = field(default_factory=dict)
+    servers: dict[str, ServerTools] = field(default_factory=dict)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    qualnames: frozenset[str] = frozenset()
+
+
+class ServerTools(types.ModuleType):
+    """The tools of one MCP server, as attributes: `await github.create_issue(...)`.
+
+    A module object, so `help(github)` lists every tool with its signature and docstring.
+    """
+
+    def __init__(self, spelling: str, server: str) -> None:
+        super().__init__(f"tools.{spelling}", f"Tools of the MCP server {server!r}.")
+        self._server = server
+        self._tools: dict[str, Any] = {}
+        self._unbound: dict[str, str] = {}
+        self.__all__: list[str] = []
+
+    def _add(self, spelling: str, function: Any) -> None:
+        self._tools[spelling] = function
+        setattr(self, spelling, function)
+        self.__all__ = sorted(self._tools)
+
+    def __repr__(self) -> str:
+        names = ", ".join(sorted(self._tools)) or "none"
+        return f"<tools of server {self._server!r}: {names}>"
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._tools)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        known = ", ".join(sorted(self._tools)) or "none"
+        message = f"server {self._server!r} has no tool {name!r}; its tools are: {known}"
+        if self._unbound:
+            unbound = "; ".join(f"{tool!r}: {why}" for tool, why in self._unbound.items())
+            message += f". Tools that could not be bound: {unbound}"
+        raise AttributeError(message)
+
+
+def bind(plans: list[dict[str, Any]], invoke: Invoke) -> Bound:
+    """Build every tool of `plans`. Never raises; what cannot be built is in `failures`."""
+    bound = Bound()
+    qualnames: set[str] = set()
+    annotations: dict[str, Any] = {}
+    for plan in plans:
+        key = _key_of(plan)
+        try:
+            if isinstance(plan, Mapping) and "error" in plan:
+                _note_unbound(bound, plan)
+                raise _Unbuildable(str(plan["error"]))
+            function, qualname = _build(plan, invoke, annotations)
+            _place(bound, plan, function)
+            qualnames.add(qualname)
+        except _Unbuildable as error:
+            bound.failures.append((key, str(error)))
+        except Exception as error:
+            bound.failures.append((key, f"its plan could not be built: {error!r}"))
+    bound.qualnames = frozenset(qualnames)
+    return bound
+
+
+class _Unbuildable(Exception):
+    """A plan that cannot become a function, with the reason in words."""
+
+
+def _key_of(plan: object) -> str:
+    if isinstance(plan, Mapping) and isinstance(plan.get("key"), str):
+        return str(plan["key"])
+    return "<a plan without a key>"
+
+
+def _note_unbound(bound: Bound, plan: Mapping[str, Any]) -> None:
+    """Let the tool's server, if it has one, name the tool when the script asks for it."""
+    namespace = plan.get("namespace")
+    if not isinstance(namespace, str) or not namespace.isidentifier():
+        return
+    server = _server(bound, namespace, str(plan.get("server")))
+    server._unbound[str(plan.get("name"))] = str(plan["error"])
+
+
+def _server(bound: Bound, namespace: str, name: str) -> ServerTools:
+    server = bound.servers.get(namespace)
+    if server is None:
+        if namespace in bound.top_level:
+            raise _Unbuildable(f"its server's name {namespace!r} is already taken by a tool")
+        server = bound.servers[namespace] = ServerTools(namespace, name)
+        bound.top_level[namespace] = server
+    return server
+
+
+def _identifier(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value.isidentifier() or keyword.iskeyword(value):
+        raise _Unbuildable(f"its {what} {value!r} is not a Python identifier")
+    return value
+
+
+def _build(plan: Mapping[str, Any], invoke: Invoke, annotations: dict[str, Any]) -> tuple[Any, str]:
+    if not isinstance(plan, Mapping):
+        raise _Unbuildable("its plan is not a mapping")
+    key = plan["key"]
+    if not isinstance(key, str):
+        raise _Unbuildable("its key is not a string")
+    name = _identifier(plan["function"], "name")
+    namespace = plan.get("namespace")
+    if namespace is not None:
+        _identifier(namespace, "server name")
+    timeout = _identifier(plan["timeout"], "timeout keyword")
+    catch_all = plan.get("catch_all")
+    if catch_all is not None:
+        _identifier(catch_all, "catch-all name")
+
+    parameters = list(plan["parameters"])
+    spellings = [_identifier(p["spelling"], "parameter name") for p in parameters]
+    originals = [p["name"] for p in parameters]
+    if not all(isinstance(original, str) for original in originals):
+        raise _Unbuildable("a parameter's own name is not a string")
+    own = [*spellings, timeout, *([catch_all] if catch_all else [])]
+    if len(set(own)) != len(own):
+        raise _Unbuildable("two of its parameters have the same spelling")
+
+    send_name = "_send"
+    while send_name in own or send_name == name:
+        send_name += "_"
+    scope: dict[str, Any] = {"__builtins__": __builtins__}
+    defaults: dict[str, object] = {}
+    signature: list[str] = []
+    for index, (parameter, spelling) in enumerate(zip(parameters, spellings, strict=True)):
+        if parameter["required"]:
+            signature.append(spelling)
+        else:
+            scope[f"_default_{index}"] = defaults[parameter["name"]] = parameter["default"]
+            signature.append(f"{spelling}=_default_{index}")
+    signature.append(f"{timeout}=None")
+    if catch_all:
+        signature.append(f"**{catch_all}")
+    values = ", ".join(
+        f"{original!r}: {spelling}" for original, spelling in zip(originals, spellings, strict=True)
+    )
+    source = (
+        f"async def {name}(*, {', '.join(signature)}):\n"
+        f"    return await {send_name}({{{values}}}, {catch_all or '{}'}, {timeout})\n"
+    )
+    qualname = name if namespace is None else f"{namespace}.{name}"
+    scope[send_name] = _sender(key, qualname, defaults, invoke)
+    exec(compile(source, f"<tool {qualname}>", "exec"), scope)
+    function = scope[name]
+    function.__qualname__ = qualname
+    function.__module__ = "tools"
+    function.__doc__ = str(plan["doc"])
+    hints = {
+        s: _annotation(p["annotation"], annotations)
+        for s, p in zip(spellings, parameters, strict=True)
+    }
+    hints[timeout] = _annotation("float | None", annotations)
+    if catch_all:
+        hints[catch_all] = Any
+    hints["return"] = _annotation(plan["returns"], annotations)
+    function.__annotations__ = hints
+    return function, qualname
+
+
+def _annotation(text: object, cache: dict[str, Any]) -> Any:
+    """The annotation `text` names, or the text itself when this Python cannot evaluate it."""
+    if not isinstance(text, str):
+        raise _Unbuildable(f"an annotation {text!r} is not text")
+    if text not in cache:
+        try:
+            cache[text] = eval(text, {"__builtins__": {}}, dict(_ANNOTATION_NAMES))
+        except Exception:
+            cache[text] = text
+    return cache[text]
+
+
+def _sender(
+    key: str, qualname: str, defaults: dict[str, object], invoke: Invoke
+) -> Callable[[dict[str, Any], dict[str, Any], float | None], Awaitable[Any]]:
+    def send(
+        values: dict[str, Any], extra: dict[str, Any], timeout: float | None
+    ) -> Awaitable[Any]:
+        arguments = {
+            name: value
+            for name, value in values.items()
+            if name not in defaults or value is not defaults[name]
+        }
+        for name, value in extra.items():
+            if name in arguments:
+                raise TypeError(f"{qualname}() got the argument {name!r} twice")
+            arguments[name] = value
+        return invoke(key, arguments, timeout)
+
+    return send
+
+
+def _place(bound: Bound, plan: Mapping[str, Any], function: Any) -> None:
+    name = plan["function"]
+    namespace = plan.get("namespace")
+    if namespace is None:
+        if name in bound.top_level:
+            raise _Unbuildable(f"its name {name!r} is already taken by another tool or server")
+        bound.top_level[name] = function
+        return
+    server = _server(bound, namespace, str(plan.get("server")))
+    if name in server._tools:
+        raise _Unbuildable(f"its name {name!r} is already taken in server {namespace!r}")
+    server._add(name, function)

@@ -1,0 +1,234 @@
+"""Python functions as tools: the `@tool` decorator.
+
+```python
+@tool
+async def send_message(channel_id: str, text: str) -> str:
+    \"\"\"Send a message to a channel.
+
+    Args:
+        channel_id: The channel to post in.
+        text: What to say.
+    \"\"\"
+```
+
+The input schema comes from the type hints (through pydantic), the descriptions from the
+docstring (Google, reST or NumPy style), the output schema from the return annotation. The
+decorated object is still the function for ordinary Python (`await send_message(...)` in a
+unit test calls it directly) and carries the tool as `.spec`.
+
+When the host calls the tool, arguments have already been checked against the schema. The
+handler converts the arguments whose annotation is not plain JSON data (a pydantic model, a
+`datetime`, a tuple) to the annotated type, calls the function (a sync one in a worker thread,
+off the event loop), and turns its return value into JSON-safe data. An exception from the
+function becomes an error result, `"<ExceptionType>: <message>"`; `ToolFailure` gives its
+message alone, and `SourceGone` and cancellation pass through. A sync function cannot be
+interrupted: when the host gives up on it at its timeout, its thread runs on to its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+import docstring_parser
+from pydantic import TypeAdapter
+from pydantic_core import to_jsonable_python
+
+from toolscript.tools.spec import SourceGone, ToolAnnotations, ToolFailure, ToolOutcome, ToolSpec
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_PLAIN_JSON: frozenset[object] = frozenset(
+    {str, int, float, bool, Any, object, inspect.Parameter.empty}
+)
+
+
+class Tool(Generic[P, R]):
+    """A function that is also a tool: call it as the function, or hand `.spec` to a `Runtime`."""
+
+    spec: ToolSpec
+
+    def __init__(self, function: Callable[P, R], spec_options: dict[str, Any]) -> None:
+        functools.update_wrapper(self, function)
+        self.function = function
+        self.is_async = inspect.iscoroutinefunction(function)
+        signature = inspect.signature(function)
+        name = spec_options.get("name") or function.__name__
+        for parameter in signature.parameters.values():
+            if parameter.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD and (
+                parameter.kind is not inspect.Parameter.KEYWORD_ONLY
+            ):
+                raise TypeError(
+                    f"the tool {name!r} has the parameter {parameter}: tools are called with "
+                    "named arguments only, so *args, **kwargs and positional-only parameters "
+                    "cannot be part of one"
+                )
+        try:
+            hints = typing.get_type_hints(function, include_extras=True)
+        except Exception as error:
+            raise TypeError(
+                f"the type hints of the tool {name!r} cannot be resolved: {error}"
+            ) from error
+        self.converters = {
+            parameter_name: TypeAdapter(hint)
+            for parameter_name, hint in hints.items()
+            if parameter_name != "return" and hint not in _PLAIN_JSON
+        }
+        docstring = docstring_parser.parse(inspect.getdoc(function) or "")
+        input_schema = _input_schema(function, name)
+        properties = input_schema.get("properties", {})
+        for parameter_doc in docstring.params:
+            target = properties.get(parameter_doc.arg_name)
+            if (
+                isinstance(target, dict)
+                and parameter_doc.description
+                and "description" not in target
+            ):
+                target["description"] = parameter_doc.description
+        description = spec_options.get("description")
+        if description is None:
+            parts = [docstring.short_description, docstring.long_description]
+            description = "\n\n".join(part for part in parts if part)
+        self.spec = ToolSpec(
+            name=name,
+            description=description,
+            input_schema=input_schema,
+            handler=self.handle,
+            output_schema=_output_schema(hints.get("return", inspect.Parameter.empty)),
+            annotations=ToolAnnotations(
+                read_only=spec_options.get("read_only"),
+                destructive=spec_options.get("destructive"),
+                idempotent=spec_options.get("idempotent"),
+            ),
+            timeout=spec_options.get("timeout"),
+        )
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the function itself, as if it were not a tool."""
+        return self.function(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<tool {self.spec.name!r}>"
+
+    async def handle(self, arguments: dict[str, Any]) -> ToolOutcome:
+        """The tool's handler: call the function with `arguments` and give its answer."""
+        try:
+            converted = {
+                name: self.converters[name].validate_python(value)
+                if name in self.converters
+                else value
+                for name, value in arguments.items()
+            }
+        except Exception as error:
+            return ToolOutcome(
+                value=f"the arguments could not be converted: {_message(error)}", is_error=True
+            )
+        call: Callable[..., Any] = self.function
+        try:
+            if self.is_async:
+                result = await call(**converted)
+            else:
+                result = await asyncio.to_thread(call, **converted)
+            if inspect.isawaitable(result):
+                result = await result
+        except (SourceGone, asyncio.CancelledError):
+            raise
+        except ToolFailure as failure:
+            return ToolOutcome(value=_message(failure, with_type=False), is_error=True)
+        except Exception as error:
+            return ToolOutcome(value=_message(error), is_error=True)
+        if isinstance(result, ToolOutcome):
+            return result
+        try:
+            return ToolOutcome(value=to_jsonable_python(result))
+        except Exception as error:
+            return ToolOutcome(
+                value=f"the tool's return value could not be turned into JSON data: {_message(error)}",
+                is_error=True,
+            )
+
+
+@overload
+def tool(function: Callable[P, R], /) -> Tool[P, R]: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    read_only: bool | None = None,
+    destructive: bool | None = None,
+    idempotent: bool | None = None,
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
+
+
+def tool(
+    function: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    read_only: bool | None = None,
+    destructive: bool | None = None,
+    idempotent: bool | None = None,
+) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
+    """Make a sync or async function a tool, as `@tool` or `@tool(name=..., timeout=...)`.
+
+    `name` and `description` replace the function's name and docstring; `timeout` bounds one
+    call in seconds (default: the runtime's `tool_timeout`); `read_only`, `destructive` and
+    `idempotent` are hints about its behaviour. Raises `TypeError` for a function that cannot
+    be a tool (`*args`, unresolvable type hints, a type with no JSON Schema).
+    """
+    options = {
+        "name": name,
+        "description": description,
+        "timeout": timeout,
+        "read_only": read_only,
+        "destructive": destructive,
+        "idempotent": idempotent,
+    }
+
+    def decorate(function: Callable[P, R]) -> Tool[P, R]:
+        return Tool(function, options)
+
+    return decorate if function is None else decorate(function)
+
+
+def _input_schema(function: Callable[..., Any], name: str) -> dict[str, Any]:
+    try:
+        schema: dict[str, Any] = TypeAdapter(function).json_schema()
+    except Exception as error:
+        raise TypeError(
+            f"the parameters of the tool {name!r} have no JSON Schema: {error}"
+        ) from error
+    schema.setdefault("properties", {})
+    return schema
+
+
+def _output_schema(annotation: object) -> dict[str, Any] | None:
+    if annotation in (inspect.Parameter.empty, Any, object, ToolOutcome):
+        return None
+    try:
+        schema: dict[str, Any] = TypeAdapter(annotation).json_schema(mode="serialization")
+    except Exception:
+        return None
+    return schema
+
+
+def _message(error: BaseException, with_type: bool = True) -> str:
+    try:
+        text = str(error)
+    except Exception:
+        text = "(its message could not be read)"
+    kind = type(error).__name__
+    if not with_type:
+        return text or kind
+    return f"{kind}: {text}" if text else kind
