@@ -105,7 +105,11 @@ TOOLS: list[types.Tool] = [
         description="Add a tool and announce the change.",
         input_schema=_schema({"name": {"type": "string"}}, ["name"]),
     ),
-    types.Tool(name="client_capabilities", description="What the client declared.", input_schema=_schema({})),
+    types.Tool(
+        name="client_capabilities",
+        description="What the client declared.",
+        input_schema=_schema({}),
+    ),
     types.Tool(
         name="header",
         description="An HTTP request header.",
@@ -132,7 +136,9 @@ async def list_tools(
     return types.ListToolsResult(tools=TOOLS)
 
 
-async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+async def call_tool(
+    ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+) -> types.CallToolResult:
     global cancelled
     args = params.arguments or {}
     name = params.name
@@ -141,7 +147,8 @@ async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReques
     if name == "add":
         total = int(args["a"]) + int(args["b"])
         return types.CallToolResult(
-            content=[types.TextContent(text=f'{{"sum": {total}}}')], structured_content={"sum": total}
+            content=[types.TextContent(text=f'{{"sum": {total}}}')],
+            structured_content={"sum": total},
         )
     if name == "image":
         return types.CallToolResult(
@@ -154,20 +161,30 @@ async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReques
                 types.ImageContent(data=base64.b64encode(PNG).decode(), mime_type="image/png"),
                 types.AudioContent(data=base64.b64encode(b"RIFF").decode(), mime_type="audio/wav"),
                 types.EmbeddedResource(
-                    resource=types.TextResourceContents(uri="note://1", mime_type="text/plain", text="hello")
+                    resource=types.TextResourceContents(
+                        uri="note://1", mime_type="text/plain", text="hello"
+                    )
                 ),
                 types.EmbeddedResource(
                     resource=types.BlobResourceContents(
-                        uri="blob://1", mime_type="application/octet-stream", blob=base64.b64encode(b"\x00\x01").decode()
+                        uri="blob://1",
+                        mime_type="application/octet-stream",
+                        blob=base64.b64encode(b"\x00\x01").decode(),
                     )
                 ),
-                types.ResourceLink(uri="file:///tmp/report.csv", name="report", mime_type="text/csv"),
+                types.ResourceLink(
+                    uri="file:///tmp/report.csv", name="report", mime_type="text/csv"
+                ),
             ]
         )
     if name == "fail":
-        return types.CallToolResult(content=[types.TextContent(text=args["message"])], is_error=True)
+        return types.CallToolResult(
+            content=[types.TextContent(text=args["message"])], is_error=True
+        )
     if name == "odd_names":
-        return types.CallToolResult(content=[types.TextContent(text="received")], structured_content=dict(args))
+        return types.CallToolResult(
+            content=[types.TextContent(text="received")], structured_content=dict(args)
+        )
     if name == "crash":
         sys.stderr.write("crashing on purpose\n")
         sys.stderr.flush()
@@ -186,18 +203,27 @@ async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReques
         markers = list(cancelled_markers)
         cancelled_markers.clear()
         cancelled = anyio.Event()
-        return types.CallToolResult(content=[types.TextContent(text=",".join(markers))], structured_content={"markers": markers})
+        return types.CallToolResult(
+            content=[types.TextContent(text=",".join(markers))],
+            structured_content={"markers": markers},
+        )
     if name == "slow":
         await anyio.sleep(float(args["seconds"]))
         return _text("slept")
     if name == "grow":
-        TOOLS.append(types.Tool(name=args["name"], description="Added at run time.", input_schema=_schema({})))
+        TOOLS.append(
+            types.Tool(
+                name=args["name"], description="Added at run time.", input_schema=_schema({})
+            )
+        )
         await ctx.session.send_tool_list_changed()
         return _text("grown")
     if name == "client_capabilities":
         capabilities = ctx.session.client_capabilities
         dumped = capabilities.model_dump(mode="json", exclude_none=True) if capabilities else {}
-        return types.CallToolResult(content=[types.TextContent(text=str(dumped))], structured_content=dumped)
+        return types.CallToolResult(
+            content=[types.TextContent(text=str(dumped))], structured_content=dumped
+        )
     if name == "header":
         request = ctx.request
         headers = getattr(request, "headers", None)
@@ -206,7 +232,9 @@ async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReques
         sys.stderr.write(args["text"] + "\n")
         sys.stderr.flush()
         return _text("written")
-    return types.CallToolResult(content=[types.TextContent(text=f"Unknown tool: {name}")], is_error=True)
+    return types.CallToolResult(
+        content=[types.TextContent(text=f"Unknown tool: {name}")], is_error=True
+    )
 
 
 server = Server("toolscript-demo", on_list_tools=list_tools, on_call_tool=call_tool)
@@ -216,7 +244,11 @@ async def serve_stdio() -> None:
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options(NotificationOptions(tools_changed=True)))
+        await server.run(
+            read,
+            write,
+            server.create_initialization_options(NotificationOptions(tools_changed=True)),
+        )
 
 
 async def serve_http() -> None:

@@ -17,35 +17,29 @@ MARKER = "$toolscript"
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class Image:
-    """An image a tool returned: its MIME type and its bytes."""
-
+class _Media:
     mime_type: str
     data: bytes
 
     @property
     def size(self) -> int:
-        """The image's size in bytes."""
+        """The size in bytes."""
         return len(self.data)
 
     def __repr__(self) -> str:
-        return f"<Image {self.mime_type} {self.size:,} bytes>"
+        return f"<{type(self).__name__} {self.mime_type} {self.size:,} bytes>"
 
 
-@dataclass(frozen=True, slots=True, repr=False)
-class Audio:
-    """An audio clip a tool returned: its MIME type and its bytes."""
+class Image(_Media):
+    """An image a tool returned: `mime_type`, `data` (its bytes) and `size`."""
 
-    mime_type: str
-    data: bytes
+    __slots__ = ()
 
-    @property
-    def size(self) -> int:
-        """The clip's size in bytes."""
-        return len(self.data)
 
-    def __repr__(self) -> str:
-        return f"<Audio {self.mime_type} {self.size:,} bytes>"
+class Audio(_Media):
+    """An audio clip a tool returned: `mime_type`, `data` (its bytes) and `size`."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True, repr=False)

@@ -61,8 +61,9 @@ to the process group, wait 2 s, SIGKILL) fits inside it; past it we stop waiting
 
 MAX_RESTARTS = 3
 RESTART_WINDOW = 60.0
-"""A server that went away more than `MAX_RESTARTS` times in `RESTART_WINDOW` seconds is not
-started again; its calls fail with a message saying so."""
+"""A server that had to be started again (it went away, or a restart failed) more than
+`MAX_RESTARTS` times in `RESTART_WINDOW` seconds is not started again while this `MCPServer`
+lives; its calls fail with a `ToolFailure` saying so."""
 
 _MAX_LIST_PAGES = 100
 
@@ -102,7 +103,8 @@ class MCPServer:
         self._tools: tuple[types.Tool, ...] = ()
         self._connection: _Connection | None = None
         self._connecting = asyncio.Lock()
-        self._deaths: deque[float] = deque()
+        self._restarts: deque[float] = deque()
+        self._given_up: str | None = None
         self._log: TextIO | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -147,10 +149,15 @@ class MCPServer:
             ):
                 connection.gone.set()
                 self._write_log(f"went away during a call of {tool!r}")
+                after = (
+                    "toolscript was closing it."
+                    if self._closed
+                    else "The server is started again for the next call."
+                )
                 raise SourceGone(
                     f"MCP server {self.name!r} went away while the call of {tool!r} was in "
-                    "flight, so whether it took effect is unknown. The server is started "
-                    f"again for the next call; its log is {str(self.log_path)!r}."
+                    f"flight, so whether it took effect is unknown. {after} "
+                    f"Its log is {str(self.log_path)!r}."
                 ) from exc
             return ToolOutcome(value=f"MCP error {exc.code}: {exc.message}", is_error=True)
         except (RuntimeError, ValidationError) as exc:
@@ -188,25 +195,29 @@ class MCPServer:
                 return connection
             if self._closed:
                 raise ToolFailure(f"MCP server {self.name!r} is closed.")
+            if self._given_up is not None:
+                raise ToolFailure(self._given_up)
             if connection is not None:
                 self._connection = None
                 await connection.close()
-                self._note_death()
+            self._count_restart()
             self._connection = await self._connect()
             return self._connection
 
-    def _note_death(self) -> None:
+    def _count_restart(self) -> None:
         now = time.monotonic()
-        self._deaths.append(now)
-        while self._deaths and self._deaths[0] < now - RESTART_WINDOW:
-            self._deaths.popleft()
-        if len(self._deaths) > self.max_restarts:
-            raise ToolFailure(
-                f"MCP server {self.name!r} keeps dying: it went away {len(self._deaths)} times "
-                f"in the last {RESTART_WINDOW:.0f} s, so toolscript stopped starting it again. "
-                f"Look at its log {str(self.log_path)!r}."
+        self._restarts.append(now)
+        while self._restarts and self._restarts[0] < now - RESTART_WINDOW:
+            self._restarts.popleft()
+        if len(self._restarts) > self.max_restarts:
+            self._given_up = (
+                f"MCP server {self.name!r} keeps dying: it had to be started again "
+                f"{len(self._restarts)} times in the last {RESTART_WINDOW:.0f} s, so toolscript "
+                f"stopped starting it. Look at its log {str(self.log_path)!r}."
             )
-        self._write_log("went away; starting it again")
+            self._write_log(self._given_up)
+            raise ToolFailure(self._given_up)
+        self._write_log("starting it again")
 
     async def _connect(self) -> _Connection:
         """Start a session and list the tools, bounded by `startup_timeout`; `ToolFailure` if not."""
