@@ -1,0 +1,126 @@
+"""Model providers: one streamed request in, one `ModelReply` out.
+
+A provider speaks one API through its official SDK, with the SDK's own retries turned off: the
+loop retries itself, and only before any content of the step has streamed. A provider never
+decides the turn's stop reason; it reports what the stream did (`ModelReply.complete`,
+`ModelReply.broken`) or raises `ModelError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ..conversation import ActionTool, Message, ModelReply, StreamProgress
+
+PROVIDERS = ("anthropic", "openai")
+
+SDK_TIMEOUT_MARGIN = 5.0
+"""The SDK's own timeout is looser than the loop's deadline, so the loop's always fires first."""
+
+
+class ModelError(Exception):
+    """A model request failed before or while it streamed.
+
+    `retryable` is true for rate limits, overloads, server errors and failed connections;
+    `status` is the HTTP status when there was one; `retry_after` the seconds the server asked
+    to wait, if it said.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+
+
+class Provider(Protocol):
+    """One model behind one API."""
+
+    name: str
+    model: str
+
+    async def stream(
+        self,
+        system: str,
+        history: Sequence[Message],
+        tools: Sequence[ActionTool],
+        progress: StreamProgress,
+    ) -> ModelReply:
+        """Send one request and read its stream to the end, writing `progress` as it reads.
+
+        Returns the reply, `complete` only if the terminal event came; raises `ModelError`
+        when the request failed. The caller bounds the time.
+        """
+        ...
+
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+RETRYABLE_ERROR_TYPES = frozenset({"overloaded_error", "rate_limit_error", "api_error"})
+
+
+def status_error(
+    message: str, status: int, error_type: str | None, retry_after_header: str | None
+) -> ModelError:
+    """A `ModelError` for an HTTP error status, or an error event inside a stream (whose
+    `status` is the stream's 200, so its `error_type` decides)."""
+    retry_after: float | None = None
+    if retry_after_header is not None:
+        try:
+            retry_after = max(0.0, float(retry_after_header))
+        except ValueError:
+            retry_after = None
+    retryable = status in RETRYABLE_STATUSES or error_type in RETRYABLE_ERROR_TYPES
+    return ModelError(
+        f"the model API answered {status}: {message}",
+        retryable=retryable,
+        status=status,
+        retry_after=retry_after,
+    )
+
+
+def split_model(model: str) -> tuple[str, str]:
+    """`"anthropic:claude-x"` → `("anthropic", "claude-x")`; a `ValueError` naming `model`
+    otherwise."""
+    provider, sep, name = model.partition(":")
+    if not sep or provider not in PROVIDERS or not name:
+        raise ValueError(f"model: expected 'anthropic:MODEL' or 'openai:MODEL', not {model!r}")
+    return provider, name
+
+
+def make_provider(
+    model: str,
+    *,
+    base_url: str | None,
+    api_key: str | None,
+    request_timeout: float,
+    max_tokens: int,
+) -> Provider:
+    """The provider for `model` (`"anthropic:MODEL"` or `"openai:MODEL"`)."""
+    provider, name = split_model(model)
+    if provider == "anthropic":
+        from .anthropic import AnthropicProvider
+
+        return AnthropicProvider(
+            name,
+            base_url=base_url,
+            api_key=api_key,
+            request_timeout=request_timeout,
+            max_tokens=max_tokens,
+        )
+    from .openai import OpenAIProvider
+
+    return OpenAIProvider(
+        name,
+        base_url=base_url,
+        api_key=api_key,
+        request_timeout=request_timeout,
+        max_tokens=max_tokens,
+    )

@@ -1,0 +1,211 @@
+"""OpenAI Chat Completions, streamed, through the official `openai` SDK.
+
+Any compatible server (vLLM, llama.cpp, Ollama) is reached through `base_url`.
+
+Goal: know whether the stream ended with its terminal event. What fails: the SDK (3.57) stops
+iterating quietly when the body ends without a `finish_reason` (it consumes `[DONE]` itself,
+and a body may end without it), and wraps a connection that breaks mid-body as
+`APIConnectionError`. What we do: call the reply complete only once a choice carried its
+`finish_reason`, and treat a connection error while iterating as a broken stream.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import openai
+
+from ..conversation import (
+    ActionTool,
+    AssistantMessage,
+    Message,
+    ModelReply,
+    StreamProgress,
+    ToolCall,
+    UserText,
+)
+from . import SDK_TIMEOUT_MARGIN, ModelError, status_error
+
+LOCAL_SERVER_KEY = "not-needed"
+"""Sent as the key to a `base_url` server when no key is configured (local servers ignore it)."""
+
+
+@dataclass(slots=True)
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+def wire_messages(system: str, history: Sequence[Message]) -> list[dict[str, Any]]:
+    """The system prompt and history as Chat Completions `messages`."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for message in history:
+        if isinstance(message, UserText):
+            messages.append({"role": "user", "content": message.text})
+        elif isinstance(message, AssistantMessage):
+            entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+            if message.tool_calls:
+                entry["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.raw_arguments},
+                    }
+                    for call in message.tool_calls
+                ]
+            messages.append(entry)
+        else:
+            messages.extend(
+                {"role": "tool", "tool_call_id": result.call_id, "content": result.text}
+                for result in message.results
+            )
+            if message.notes:
+                messages.append({"role": "user", "content": "\n\n".join(message.notes)})
+    return messages
+
+
+def wire_tools(tools: Sequence[ActionTool]) -> list[dict[str, Any]]:
+    """The action tools as Chat Completions `tools`."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.input_schema,
+            },
+        }
+        for tool in tools
+    ]
+
+
+class OpenAIProvider:
+    """Streams Chat Completions requests for one model."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        request_timeout: float,
+        max_tokens: int,
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        if api_key is None and base_url is not None and not os.environ.get("OPENAI_API_KEY"):
+            api_key = LOCAL_SERVER_KEY
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=request_timeout + SDK_TIMEOUT_MARGIN,
+        )
+
+    async def stream(
+        self,
+        system: str,
+        history: Sequence[Message],
+        tools: Sequence[ActionTool],
+        progress: StreamProgress,
+    ) -> ModelReply:
+        """Send one request and read its chunks to the end (see `Provider.stream`)."""
+        try:
+            chunks = await self._client.chat.completions.create(
+                model=self.model,
+                messages=cast(Any, wire_messages(system, history)),
+                tools=cast(Any, wire_tools(tools)),
+                stream=True,
+            )
+        except openai.APIStatusError as err:
+            raise _status_error(err) from err
+        except openai.APIConnectionError as err:
+            raise ModelError(f"could not reach the model API: {err}", retryable=True) from err
+        except Exception as err:
+            raise ModelError(
+                f"could not send the model request: {type(err).__name__}: {err}", retryable=False
+            ) from err
+        reply = ModelReply()
+        text: list[str] = []
+        calls: dict[int, _PartialCall] = {}
+        try:
+            iterator = chunks.__aiter__()
+            while True:
+                try:
+                    chunk = await iterator.__anext__()
+                except StopAsyncIteration:
+                    break
+                except openai.APIStatusError as err:
+                    raise _status_error(err) from err
+                except openai.APIConnectionError as err:
+                    if not reply.complete:
+                        reply.broken = f"the connection broke mid-stream ({err.__cause__ or err})"
+                    break
+                except openai.APIError as err:
+                    raise ModelError(
+                        f"the model API sent an error in the stream: {err.message}",
+                        retryable=_error_type(err.body) in {"server_error", "rate_limit_error"},
+                    ) from err
+                for choice in chunk.choices[:1]:
+                    _take(choice, reply, text, calls, progress)
+        finally:
+            await chunks.close()
+        reply.text = "".join(text)
+        reply.tool_calls = [
+            ToolCall.from_json(call.id or f"call_{index}", call.name, "".join(call.arguments))
+            for index, call in sorted(calls.items())
+        ]
+        if not reply.complete and reply.broken is None:
+            reply.broken = "the stream ended without a finish_reason"
+        return reply
+
+
+def _status_error(err: openai.APIStatusError) -> ModelError:
+    return status_error(
+        err.message,
+        err.status_code,
+        _error_type(err.body),
+        err.response.headers.get("retry-after"),
+    )
+
+
+def _error_type(body: object) -> str | None:
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("type"), str):
+            return cast(str, inner["type"])
+    return None
+
+
+def _take(
+    choice: Any,
+    reply: ModelReply,
+    text: list[str],
+    calls: dict[int, _PartialCall],
+    progress: StreamProgress,
+) -> None:
+    delta = choice.delta
+    if delta is not None:
+        if delta.content:
+            text.append(delta.content)
+            progress.add_text(delta.content)
+        for piece in delta.tool_calls or ():
+            call = calls.setdefault(piece.index, _PartialCall())
+            if piece.id:
+                call.id = piece.id
+            function = piece.function
+            if function is not None:
+                if function.name and not call.name:
+                    call.name = function.name
+                    progress.add_tool_call(function.name)
+                if function.arguments:
+                    call.arguments.append(function.arguments)
+    if choice.finish_reason is not None:
+        reply.model_stop = choice.finish_reason
+        reply.complete = True

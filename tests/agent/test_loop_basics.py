@@ -1,0 +1,150 @@
+"""A normal turn: the model runs scripts, reads their results and ends its turn."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from toolscript.agent import Agent, ExecutionControl
+
+from .fake_runtime import FakeRuntime
+from .standins import Reply, StandIn
+
+pytestmark = pytest.mark.timeout(20)
+
+KEY = "stand-in-key"
+
+
+def control(**changes: Any) -> ExecutionControl:
+    values: dict[str, Any] = {"request_timeout": 10.0}
+    values.update(changes)
+    return ExecutionControl(**values)
+
+
+def said_to_model(body: dict[str, Any]) -> str:
+    """Everything in a request's messages, as one text to search."""
+    return json.dumps(body.get("messages", []))
+
+
+async def test_a_turn_runs_the_scripts_the_model_asks_for_and_ends_on_finish(
+    standin: StandIn, fake: FakeRuntime
+) -> None:
+    standin.queue(
+        Reply(text="Let me look.", calls=[("run_python", {"code": "print(2 + 2)"})]),
+        Reply(calls=[("finish", {"summary": "printed 4"})]),
+    )
+    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+
+    turn = await agent.run("print four")
+
+    assert (turn.stop_reason, turn.steps, turn.error) == ("end_turn", 2, None)
+    assert turn.summary == "printed 4"
+    assert fake.the_shell.runs == [("print(2 + 2)", 60.0, False)]
+    assert "ran 'print(2 + 2)'" in said_to_model(standin.requests[1])
+    assert "print four" in said_to_model(standin.requests[0])
+    assert [entry["role"] for entry in turn.transcript] == [
+        "user",
+        "assistant",
+        "script",
+        "tool_results",
+        "assistant",
+        "tool_results",
+        "stop",
+    ]
+
+
+async def test_the_system_prompt_carries_the_runtime_catalogue_and_the_action_tools(
+    standin: StandIn, fake: FakeRuntime
+) -> None:
+    standin.queue(Reply(text="Nothing to do."))
+    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+
+    turn = await agent.run("nothing")
+
+    body = standin.requests[0]
+    system = body["system"] if standin.provider == "anthropic" else body["messages"][0]["content"]
+    assert FakeRuntime.catalogue in system
+    names = [t.get("name") or t["function"]["name"] for t in body["tools"]]
+    assert names == ["run_python", "script_status", "cancel_script", "finish", "block"]
+    assert body["stream"] is True
+    assert (turn.stop_reason, turn.steps) == ("end_turn", 1)
+
+
+async def test_a_reply_without_tool_calls_ends_the_turn(
+    standin: StandIn, fake: FakeRuntime
+) -> None:
+    standin.queue(Reply(text="The answer is 4."))
+    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+
+    turn = await agent.run("what is 2 + 2")
+
+    assert (turn.stop_reason, turn.steps, turn.summary) == ("end_turn", 1, None)
+    assert turn.transcript[1]["text"] == "The answer is 4."
+
+
+async def test_block_ends_the_turn_with_its_reason(standin: StandIn, fake: FakeRuntime) -> None:
+    standin.queue(Reply(calls=[("block", {"reason": "no credentials"})]))
+    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+
+    turn = await agent.run("deploy")
+
+    assert (turn.stop_reason, turn.blocked, turn.summary) == ("end_turn", "no credentials", None)
+
+
+async def test_a_time_limit_over_the_tool_timeout_is_cut_to_it_and_the_model_is_told(
+    standin: StandIn, fake: FakeRuntime
+) -> None:
+    standin.queue(
+        Reply(calls=[("run_python", {"code": "x = 1", "time_limit_s": 500})]),
+        Reply(text="ok"),
+    )
+    agent = Agent(
+        standin.model,
+        fake,
+        base_url=standin.base_url,
+        api_key=KEY,
+        control=control(tool_timeout=7.0),
+    )
+
+    await agent.run("go")
+
+    assert fake.the_shell.runs == [("x = 1", 7.0, False)]
+    assert "cut to the tool_timeout, 7.0 s" in said_to_model(standin.requests[1])
+
+
+async def test_a_call_with_arguments_that_are_not_an_object_is_answered_with_an_error(
+    standin: StandIn, fake: FakeRuntime
+) -> None:
+    standin.queue(
+        Reply(calls=[("run_python", {"source": "x"}), ("frobnicate", {})]),
+        Reply(text="ok"),
+    )
+    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+
+    turn = await agent.run("go")
+
+    sent = said_to_model(standin.requests[1])
+    assert "`code` must be a string" in sent
+    assert "There is no tool named 'frobnicate'" in sent
+    assert fake.the_shell.runs == []
+    assert turn.stop_reason == "end_turn"
+
+
+async def test_a_reply_cut_at_the_token_limit_is_followed_by_a_request_to_go_on(
+    standin: StandIn, fake: FakeRuntime
+) -> None:
+    cut = "max_tokens" if standin.provider == "anthropic" else "length"
+    standin.queue(Reply(text="The long answer beg", stop=cut), Reply(text="ins here."))
+    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+
+    turn = await agent.run("go")
+
+    assert (turn.stop_reason, turn.steps) == ("end_turn", 2)
+    assert "output token limit" in said_to_model(standin.requests[1])
+
+
+def test_a_model_without_a_known_provider_is_refused_naming_model(fake: FakeRuntime) -> None:
+    with pytest.raises(ValueError, match="^model: "):
+        Agent("gemini:pro", fake, control=control())
