@@ -72,7 +72,8 @@ class ToolCatalogue:
         spec = self._specs[key]
         timeout = spec.timeout if spec.timeout is not None else self.default_timeout
         try:
-            outcome = await asyncio.wait_for(spec.handler(args), timeout)
+            async with asyncio.timeout(timeout):
+                outcome = await spec.handler(args)
         except TimeoutError:
             return Answer(
                 "tool_timeout",

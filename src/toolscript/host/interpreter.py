@@ -9,6 +9,7 @@ the output's end marker, shutdown.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..kernel import wire
+from . import codec
 from .calls import CallLedger, CallReport
 from .catalogue import Answer, ToolCatalogue
 from .journal import Journal
@@ -109,7 +111,7 @@ class Interpreter:
         self.python_version: str | None = None
         self._process: asyncio.SubprocessTransport | None = None
         self._channel: asyncio.Transport | None = None
-        self._reader = wire.FrameReader()
+        self._reader = codec.reader()
         self._stdout = StreamCapture(launch.output_limit)
         self._stderr = StreamCapture(launch.output_limit)
         self._outbox: list[bytes] = []
@@ -278,8 +280,9 @@ class Interpreter:
 
     async def _stop(self, script_id: str, reason: str, grace: float) -> dict[str, Any]:
         assert self._done is not None
-        if not self._done.done() and self.alive:
-            self.send({"t": "stop", "script": script_id, "reason": reason})
+        if not self._done.done() and self.alive and self.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signal.SIGINT)  # the kernel's handler turns it into a stop
             try:
                 return await asyncio.wait_for(asyncio.shield(self._done), grace)
             except TimeoutError:
@@ -326,7 +329,7 @@ class Interpreter:
     def send(self, message: dict[str, Any]) -> None:
         if self._channel is None or self._channel.is_closing():
             return
-        self._outbox.append(wire.encode(message))
+        self._outbox.append(codec.encode(message))
         if len(self._outbox) == 1:
             asyncio.get_running_loop().call_soon(self._flush)
 

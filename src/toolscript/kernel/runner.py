@@ -1,22 +1,27 @@
 """The kernel: runs scripts as cells in one persistent namespace, and answers the host.
 
 The main thread runs one asyncio event loop for the kernel's whole life, so tasks a script
-leaves running keep running between scripts. A reader thread turns the host's bytes into
-frames and hands each batch to the loop in one wake-up.
+leaves running keep running between scripts. The loop reads the host's channel itself: a
+tool call's answer wakes the thread that waits for it directly, with no hop between threads
+(on two cores each hop costs a cross-CPU wake-up, tens of microseconds).
 
 How a stop reaches the script (goal: interrupt blocking C calls like `time.sleep`, pure-Python
 loops and awaits alike, with an exception the script can clean up after):
 
-- A `stop` frame reaches the reader thread, which records which script to stop, then raises
-  SIGINT in the main thread and wakes the loop. Doing both from the reader keeps their order:
-  the signal handler always knows a stop was asked for (a stray SIGINT is ignored).
+- The host sends SIGINT. A frame could not do it: while the script blocks the main thread,
+  nothing reads the channel. A stray SIGINT (no script running, or the script already ended,
+  its `done` still on the way) is ignored; the host signals only before it has read `done`,
+  so the signal is always handled before the next script's `exec` can arrive.
 - If the main thread is idle in the selector (the script is awaiting), raising there would
-  tear the loop down, so the handler does nothing and the loop wakes to cancel the script's
-  task: the script sees `CancelledError` at its `await`.
+  tear the loop down, so the handler wakes the loop to cancel the script's task: the script
+  sees `CancelledError` at its `await`.
 - If the main thread is anywhere else (script code, or a C call it made), the handler raises
   `KeyboardInterrupt` there. A handler that runs inside the kernel's own or asyncio's code
   cancels the task instead, so the kernel's state is never torn.
 - A script that ignores both is killed by the host after the grace period.
+
+One cost of reading on the loop: an answer for a call made from another thread's event loop
+waits while the script's main code blocks the main thread (`time.sleep`, `thread.join()`).
 """
 
 from __future__ import annotations
@@ -74,14 +79,14 @@ class Kernel:
 
     def __init__(self, channel: socket.socket) -> None:
         self._channel = channel
-        self._send_lock = threading.Lock()
+        self._transport: asyncio.Transport | None = None
+        self._reader = FrameReader()
         self._selector = _WatchedSelector()
         self.loop = asyncio.SelectorEventLoop(self._selector)
         asyncio.set_event_loop(self.loop)
         self.loop.set_task_factory(_task_factory)
         self._outbox: list[bytes] = []
         self._script: _Script | None = None
-        self._stop_target: str | None = None
         self.namespace: dict[str, Any] = {
             "__name__": "__main__",
             "__builtins__": builtins,
@@ -103,59 +108,32 @@ class Kernel:
     # -- sending -----------------------------------------------------------------------------
 
     def post(self, frame: bytes) -> None:
-        """Send a frame: batched once per loop iteration on the loop's thread, direct elsewhere."""
+        """Send a frame, batched once per loop iteration; safe from any thread."""
         if threading.get_ident() == _MAIN:
             self._outbox.append(frame)
             if len(self._outbox) == 1:
                 self.loop.call_soon(self._flush)
         else:
-            self._send(frame)
+            self.loop.call_soon_threadsafe(self.post, frame)
 
     def _flush(self) -> None:
-        if self._outbox:
+        if self._outbox and self._transport is not None:
             frames, self._outbox = self._outbox, []
-            self._send(b"".join(frames))
-
-    def _send(self, data: bytes) -> None:
-        try:
-            with self._send_lock:
-                self._channel.sendall(data)
-        except OSError:
-            os._exit(0)  # the host is gone; nothing is left to serve
+            self._transport.write(b"".join(frames))
 
     # -- receiving ---------------------------------------------------------------------------
 
-    def _read_forever(self) -> None:
-        reader = FrameReader()
-        while True:
-            try:
-                data = self._channel.recv(1 << 18)
-            except OSError:
-                data = b""
-            if not data:
-                os._exit(0)  # the host closed the channel or died: end with it
-            try:
-                messages = reader.feed(data)
-            except FrameError:
-                os._exit(70)
-            stop = None
-            for message in messages:
-                if message.get("t") == "stop":
-                    stop = message
-            if stop is not None:
-                self._stop_target = stop.get("script")
-                signal.pthread_kill(_MAIN, signal.SIGINT)
-            self.loop.call_soon_threadsafe(self._receive, messages)
-
-    def _receive(self, messages: list[dict[str, Any]]) -> None:
+    def received(self, data: bytes) -> None:
+        try:
+            messages = self._reader.feed(data)
+        except FrameError:
+            os._exit(70)  # the host itself is broken: nothing sensible is left to do
         for message in messages:
             kind = message.get("t")
             if kind == "answer":
                 self.calls.deliver(message["n"], message)
             elif kind == "exec":
                 self._start_script(message)
-            elif kind == "stop":
-                self._stop(message.get("script"), str(message.get("reason", "stopped")))
             elif kind == "bind":
                 self._bind(message.get("plans", []))
             elif kind == "shutdown":
@@ -234,13 +212,9 @@ class Kernel:
             await asyncio.wait(others, timeout=1.0)
         self._finish(script, report)
 
-    def _stop(self, script_id: Any, reason: str) -> None:
+    def _cancel_script(self) -> None:
         script = self._script
-        if script is None or script.finished or script.id != script_id:
-            return
-        if script.stop_reason is None:
-            script.stop_reason = reason
-        if script.task is not None and not script.task.done():
+        if script is not None and script.task is not None and not script.task.done():
             script.task.cancel()
 
     def _finish(self, script: _Script, report: dict[str, Any]) -> None:
@@ -269,19 +243,19 @@ class Kernel:
 
     def _on_interrupt(self, signum: int, frame: types.FrameType | None) -> None:
         script = self._script
-        if script is None or script.finished or script.id != self._stop_target:
-            return  # a stray interrupt: no stop was asked for the running script
+        if script is None or script.finished:
+            return  # a stray interrupt: no script is running
         if script.stop_reason is None:
             script.stop_reason = "stopped"
         if self._selector.idle:
-            return  # the loop wakes and cancels the task itself
+            self.loop.call_soon_threadsafe(self._cancel_script)  # wakes the selector
+            return
         task = script.task
         if task is not None and asyncio.current_task(self.loop) is not task:
-            self.loop.call_soon(task.cancel)  # interrupted elsewhere: the script still ends
+            self.loop.call_soon(self._cancel_script)  # interrupted elsewhere: it still ends
         filename = frame.f_code.co_filename if frame is not None else ""
         if filename.startswith(_INTERNAL):
-            if task is not None:
-                self.loop.call_soon(task.cancel)
+            self.loop.call_soon(self._cancel_script)
             return
         raise KeyboardInterrupt
 
@@ -317,7 +291,9 @@ class Kernel:
 
     def serve(self) -> None:
         signal.signal(signal.SIGINT, self._on_interrupt)
-        threading.Thread(target=self._read_forever, name="toolscript-reader", daemon=True).start()
+        self._transport, _ = self.loop.run_until_complete(
+            self.loop.connect_accepted_socket(lambda: _Channel(self), sock=self._channel)
+        )
         self.post(
             encode(
                 {
@@ -333,6 +309,17 @@ class Kernel:
                 self.loop.run_forever()
             except BaseException:
                 continue
+
+
+class _Channel(asyncio.Protocol):
+    def __init__(self, kernel: Kernel) -> None:
+        self._kernel = kernel
+
+    def data_received(self, data: bytes) -> None:
+        self._kernel.received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        os._exit(0)  # the host closed the channel or died: end with it
 
 
 def _task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:

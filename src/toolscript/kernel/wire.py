@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from typing import Any
 
 HEADER = struct.Struct(">I")
@@ -43,17 +44,22 @@ class FrameReader:
     useless after that, as is the connection it reads.
     """
 
-    __slots__ = ("_buffer", "_max_frame", "_need")
+    __slots__ = ("_buffer", "_decode", "_max_frame")
 
-    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+    def __init__(
+        self,
+        max_frame: int = MAX_FRAME,
+        decode: Callable[[bytes], dict[str, Any]] | None = None,
+    ) -> None:
         self._buffer = bytearray()
         self._max_frame = max_frame
-        self._need = -1
+        self._decode = decode or decode_body
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         buffer = self._buffer
         buffer += data
         messages: list[dict[str, Any]] = []
+        decode = self._decode
         position = 0
         end = len(buffer)
         while True:
@@ -68,7 +74,7 @@ class FrameReader:
                 break
             body = bytes(buffer[position + 4 : position + 4 + length])
             position += 4 + length
-            messages.append(decode_body(body))
+            messages.append(decode(body))
         if position:
             del buffer[:position]
         return messages
