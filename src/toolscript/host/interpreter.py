@@ -166,8 +166,9 @@ class Interpreter:
             kernel_end.close()
         self._process = transport
         self.pid = transport.get_pid()
-        self._stdout.begin(secrets.token_hex(8))  # start-up output is the kernel's, not a script's
-        self._stderr.begin(secrets.token_hex(8))
+        # Start-up output is the kernel's, not a script's: kept to explain a failed start.
+        self._stdout.begin(secrets.token_hex(8), at_start_marker=False)
+        self._stderr.begin(secrets.token_hex(8), at_start_marker=False)
         self._channel, _ = await loop.connect_accepted_socket(
             lambda: _ChannelProtocol(self), sock=host_end
         )

@@ -1,10 +1,13 @@
 """A script's stdout and stderr: attributed to the script that wrote them, held within a bound.
 
 The kernel's fd 1 and fd 2 are pipes the host reads all the time, so output of subprocesses
-and C extensions is captured along with `print`. To know where one script's output ends, the
-kernel writes a marker (a NUL, a nonce the host chose for that script, a NUL) to both pipes
-after the script ends; bytes before it belong to the script, bytes after it belong to nobody
-(a task or subprocess that outlived its script) and are only counted.
+and C extensions is captured along with `print`. To know which bytes are one script's, the
+kernel writes two markers made from a nonce the host chose for that script to both pipes: a
+start marker (NUL, `>`, the nonce, NUL) before the script runs, an end marker (NUL, the
+nonce, NUL) after it ends. Bytes between them belong to the script; bytes outside them belong
+to nobody (a thread or subprocess that outlived its script) and are only counted. The start
+marker matters because the host may not have read everything written between two scripts
+when it begins the next one: without it, those bytes would be taken as the next script's.
 
 Memory is bounded however much is written: the first half of the limit and the last half are
 kept, and what lies between is counted, never held.
@@ -42,6 +45,8 @@ class StreamCapture:
     def __init__(self, limit: int) -> None:
         self._half = max(limit // 2, 1)
         self._marker = b""
+        self._start_marker = b""
+        self._waiting = False
         self._window = b""
         self._capturing = False
         self._head = bytearray()
@@ -51,9 +56,12 @@ class StreamCapture:
         self._ended = asyncio.Event()
         self.closed = False
 
-    def begin(self, nonce: str) -> None:
-        """Attribute what follows to a new script, until the marker made from `nonce`."""
+    def begin(self, nonce: str, *, at_start_marker: bool = True) -> None:
+        """Attribute a new script's output, from the start marker made from `nonce` (or at
+        once, when `at_start_marker` is false) until the end marker made from it."""
         self._marker = b"\x00" + nonce.encode("ascii") + b"\x00"
+        self._start_marker = b"\x00>" + nonce.encode("ascii") + b"\x00"
+        self._waiting = at_start_marker
         self._window = b""
         self._capturing = True
         self._head = bytearray()
@@ -66,6 +74,16 @@ class StreamCapture:
             self.unattributed_bytes += len(data)
             return
         window = self._window + data if self._window else data
+        if self._waiting:
+            found = window.find(self._start_marker)
+            if found < 0:
+                hold = min(len(window), len(self._start_marker) - 1)
+                self.unattributed_bytes += len(window) - hold
+                self._window = window[len(window) - hold :]
+                return
+            self.unattributed_bytes += found
+            self._waiting = False
+            window = window[found + len(self._start_marker) :]
         found = window.find(self._marker)
         if found >= 0:
             self._keep(window[:found])
@@ -85,7 +103,10 @@ class StreamCapture:
         """The pipe closed: whatever was held back as a possible marker start is the script's."""
         self.closed = True
         if self._capturing and self._window:
-            self._keep(self._window)
+            if self._waiting:
+                self.unattributed_bytes += len(self._window)
+            else:
+                self._keep(self._window)
             self._window = b""
         self._ended.set()
 
@@ -102,7 +123,10 @@ class StreamCapture:
     def take(self) -> Captured:
         """The current script's output so far; capturing stops."""
         if self._capturing and self._window:
-            self._keep(self._window)
+            if self._waiting:
+                self.unattributed_bytes += len(self._window)
+            else:
+                self._keep(self._window)
             self._window = b""
         self._capturing = False
         head = bytes(self._head)

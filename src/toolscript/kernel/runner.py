@@ -155,6 +155,7 @@ class Kernel:
         self._script = script
         sys.stdout = self._stdout
         sys.stderr = self._stderr
+        self._mark_output(b"\x00>" + script.marker.encode("ascii") + b"\x00")
         try:
             code = _compile_cell(str(message["code"]), f"<script {script.id}>")
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as error:
@@ -222,17 +223,7 @@ class Kernel:
         report["never_awaited"] = self.calls.take_never_awaited(self.namespace)
         report["t"] = "done"
         report["script"] = script.id
-        for stream in (self._stdout, self._stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        marker = b"\x00" + script.marker.encode("ascii") + b"\x00"
-        for fd in (1, 2):
-            try:
-                os.write(fd, marker)
-            except OSError:
-                pass
+        self._mark_output(b"\x00" + script.marker.encode("ascii") + b"\x00")
         self.calls.flush_acks()
         try:
             frame = encode(report)
@@ -240,6 +231,20 @@ class Kernel:
             frame = encode({k: v for k, v in report.items() if k != "exit"})
         self.post(frame)
         self._flush()
+
+    def _mark_output(self, marker: bytes) -> None:
+        """Flush what Python holds for fd 1 and 2, then write `marker` to both (see the host's
+        `toolscript.host.output`: the markers say which bytes are the script's)."""
+        for stream in (self._stdout, self._stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        for fd in (1, 2):
+            try:
+                os.write(fd, marker)
+            except OSError:
+                pass
 
     def _on_interrupt(self, signum: int, frame: types.FrameType | None) -> None:
         script = self._script
