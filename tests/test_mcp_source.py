@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -287,8 +288,9 @@ async def test_closing_a_server_that_ignores_stdin_closing_and_sigterm_is_bounde
 # --- streamable HTTP --------------------------------------------------------------------------
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def http_url() -> AsyncIterator[str]:
+@contextlib.asynccontextmanager
+async def http_demo() -> AsyncIterator[str]:
+    """The demo server over streamable HTTP on 127.0.0.1; yields its URL."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         DEMO,
@@ -303,8 +305,15 @@ async def http_url() -> AsyncIterator[str]:
         assert kind == "PORT"
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        process.kill()
+        if process.returncode is None:
+            process.kill()
         await asyncio.wait_for(process.wait(), 10)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def http_url() -> AsyncIterator[str]:
+    async with http_demo() as url:
+        yield url
 
 
 @pytest.mark.timeout(30)
@@ -344,6 +353,19 @@ async def test_a_call_the_host_gives_up_on_over_http_reaches_the_server_as_a_can
         seen = await asyncio.wait_for(call(tools, "cancellations", "web", timeout=5), 10)
         assert seen == ToolOutcome(value={"markers": [str(marker)]})
         assert await call(tools, "echo", "web", text="after") == ToolOutcome(value="after")
+
+
+@pytest.mark.timeout(30)
+async def test_an_http_server_that_dies_mid_call_raises_source_gone_not_an_error_answer(
+    tmp_path: Path,
+) -> None:
+    async with http_demo() as url:
+        config = {"mcpServers": {"web": {"url": url}}}
+        async with await MCPTools.open(config, tmp_path, startup_timeout=15) as tools:
+            with pytest.raises(SourceGone, match="'web'"):
+                await asyncio.wait_for(call(tools, "crash", "web"), 10)
+            with pytest.raises(ToolFailure, match="'web' could not start: cannot connect"):
+                await asyncio.wait_for(call(tools, "echo", "web", text="anyone?"), 10)
 
 
 async def test_an_http_server_that_is_not_listening_is_reported_by_name(tmp_path: Path) -> None:

@@ -101,6 +101,8 @@ class MCPServer:
         self.on_change = on_change
         self.failure: str | None = None
         self._tools: tuple[types.Tool, ...] = ()
+        self._listed = False
+        self._listing = asyncio.Lock()
         self._connection: _Connection | None = None
         self._connecting = asyncio.Lock()
         self._restarts: deque[float] = deque()
@@ -144,15 +146,13 @@ class MCPServer:
         try:
             result = await connection.session.call_tool(tool, dict(arguments))
         except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED and (
-                connection.gone.is_set() or exc.message == "Connection closed"
-            ):
+            if connection.gone.is_set() or _answer_was_lost(exc):
                 connection.gone.set()
                 self._write_log(f"went away during a call of {tool!r}")
                 after = (
                     "toolscript was closing it."
                     if self._closed
-                    else "The server is started again for the next call."
+                    else "The next call opens a new session (a local server is started again)."
                 )
                 raise SourceGone(
                     f"MCP server {self.name!r} went away while the call of {tool!r} was in "
@@ -259,7 +259,9 @@ class MCPServer:
     # --- the tool list -------------------------------------------------------------------------
 
     async def _on_notification(self, message: types.ServerNotification | Exception) -> None:
-        if isinstance(message, types.ToolListChangedNotification) and not self._closed:
+        if isinstance(message, Exception):
+            self._write_log(f"the connection reported an error: {_reason(message)}")
+        elif isinstance(message, types.ToolListChangedNotification) and not self._closed:
             task = asyncio.get_running_loop().create_task(self._relist())
             self._background.add(task)
             task.add_done_callback(self._background.discard)
@@ -268,17 +270,19 @@ class MCPServer:
         connection = self._connection
         if connection is None or connection.gone.is_set():
             return
-        try:
-            tools = await _list_all_tools(connection.session)
-        except Exception as exc:
-            self._write_log(f"could not list the tools after list_changed: {_reason(exc)}")
-            return
-        self._replace_tools(tools)
+        async with self._listing:
+            try:
+                tools = await _list_all_tools(connection.session)
+            except Exception as exc:
+                self._write_log(f"could not list the tools after list_changed: {_reason(exc)}")
+                return
+            self._replace_tools(tools)
 
     def _replace_tools(self, tools: tuple[types.Tool, ...]) -> None:
         before = [tool.model_dump(mode="json") for tool in self._tools]
+        first, self._listed = not self._listed, True
         self._tools = tools
-        if before == [tool.model_dump(mode="json") for tool in tools] or not before:
+        if first or before == [tool.model_dump(mode="json") for tool in tools]:
             return
         if self.on_change is not None:
             try:
@@ -523,6 +527,8 @@ class _Connection:
             logger.warning("MCP server %r did not close within %g s", self.name, CLOSE_TIMEOUT)
             task.cancel()
             await asyncio.wait({task}, timeout=1.0)
+        if self._ready is not None and self._ready.done() and not self._ready.cancelled():
+            self._ready.exception()  # retrieved here, so asyncio does not log it as lost
 
     async def _own(self, ready: asyncio.Future[ClientSession]) -> None:
         try:
@@ -611,6 +617,20 @@ async def _list_all_tools(session: ClientSession) -> tuple[types.Tool, ...]:
         if cursor is None:
             break
     return tuple(tools)
+
+
+# Goal: tell "the server answered with an error" from "the answer can never come".
+# What fails: the SDK reports both as `MCPError`, and it synthesizes the lost-answer errors
+# (the session's EOF fan-out; the streamable HTTP transport when a response stream breaks)
+# with code -32000, which JSON-RPC also leaves to servers for their own errors.
+# What we do: code -32000 with one of the SDK's own messages (mcp 2.3.0) means the answer was
+# lost, so the call is `SourceGone` (effect unknown), never an error answer. A server's own
+# -32000 with other words stays the tool's error.
+_LOST_ANSWER_MESSAGES = ("Connection closed", "SSE stream ")
+
+
+def _answer_was_lost(exc: MCPError) -> bool:
+    return exc.code == CONNECTION_CLOSED and exc.message.startswith(_LOST_ANSWER_MESSAGES)
 
 
 def _reason(exc: BaseException) -> str:
