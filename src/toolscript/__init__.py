@@ -14,6 +14,7 @@ from __future__ import annotations
 from .host.calls import CallRecord, CallReport
 from .host.result import ScriptResult
 from .runtime import Runtime, RuntimeClosedError, Shell
+from .tools.python import Tool, tool
 from .tools.spec import ToolAnnotations, ToolSpec
 
 __all__ = [
@@ -23,6 +24,8 @@ __all__ = [
     "RuntimeClosedError",
     "ScriptResult",
     "Shell",
+    "Tool",
     "ToolAnnotations",
     "ToolSpec",
+    "tool",
 ]
