@@ -196,7 +196,7 @@ def _build(plan: Mapping[str, Any], invoke: Invoke, annotations: dict[str, Any])
     )
     qualname = name if namespace is None else f"{namespace}.{name}"
     scope[send_name] = _sender(key, qualname, defaults, invoke)
-    exec(compile(source, f"<tool {qualname}>", "exec"), scope)
+    exec(compile(source, f"<tool {qualname}>", "exec", dont_inherit=True), scope)
     function = scope[name]
     function.__qualname__ = qualname
     function.__module__ = "tools"

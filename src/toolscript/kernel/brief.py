@@ -156,24 +156,31 @@ class _Briefer:
         elif issubclass(kind, float):
             self.emit(float.__repr__(value))
         elif issubclass(kind, str):
-            self.emit(self.text(value, str.__len__(value), str.__getitem__, str.__repr__))
+            self.emit(self.text(value, str.__len__(value), str.__getitem__, str.__repr__, "chars"))
         elif issubclass(kind, bytes):
-            self.emit(self.text(value, bytes.__len__(value), bytes.__getitem__, bytes.__repr__))
+            self.emit(
+                self.text(value, bytes.__len__(value), bytes.__getitem__, bytes.__repr__, "bytes")
+            )
         elif issubclass(kind, bytearray):
-            self.emit(self.text(value, bytearray.__len__(value), _bytearray_slice, bytes.__repr__))
+            self.emit(
+                self.text(
+                    value, bytearray.__len__(value), _bytearray_slice, bytes.__repr__, "bytes"
+                )
+            )
         elif issubclass(kind, (list, tuple, dict, set, frozenset)):
             self.open(value, kind, stack)
         else:
             self.emit(f"<{_type_name(value)}>")
 
-    def text(self, value: Any, length: int, cut: Any, represent: Any) -> str:
+    def text(self, value: Any, length: int, cut: Any, represent: Any, unit: str) -> str:
         room = max(self.room(), 8)
         if length <= room:
             whole: str = represent(cut(value, slice(0, length)))
-            return whole
-        note = f"{_ELLIPSIS} ({length:,} chars)"
-        shown: str = represent(cut(value, slice(0, max(room - len(note) - 4, 4))))
-        return shown + note
+            if len(whole) <= room:
+                return whole
+        note = f"{_ELLIPSIS} ({length:,} {unit})"
+        shown: str = represent(cut(value, slice(0, max(room - len(note), 4))))
+        return shown[: max(room - len(note), 4)] + note
 
     def open(self, value: Any, kind: type, stack: list[_Work]) -> None:
         if id(value) in self.open_ids:
