@@ -1,0 +1,250 @@
+"""Python functions as tools: `@tool` (issue 3)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import inspect
+import threading
+from typing import Any, Literal
+
+import jsonschema
+import pytest
+from pydantic import BaseModel
+
+from toolscript.kernel.binding import bind
+from toolscript.tools.binding import plan_for
+from toolscript.tools.python import Tool, tool
+from toolscript.tools.spec import SourceGone, ToolFailure, ToolOutcome
+from toolscript.tools.validation import ArgumentValidator
+
+
+class Address(BaseModel):
+    street: str
+    city: str = "Paris"
+
+
+class Person(BaseModel):
+    name: str
+    home: Address
+    born: datetime.date | None = None
+
+
+@tool
+async def send_message(channel_id: str, text: str = "hello", urgent: bool = False) -> str:
+    """Send a message to a channel.
+
+    Posts it as the bot user.
+
+    Args:
+        channel_id: The channel to post in.
+        text: What to say.
+    """
+    return f"{channel_id}:{text}:{urgent}"
+
+
+@tool(
+    name="add-person", description="Add a person.", timeout=2.5, destructive=False, idempotent=True
+)
+def add_person(
+    person: Person, tags: list[str] | None = None, *, mode: Literal["a", "b"] = "a"
+) -> Person:
+    """Ignored because a description is given.
+
+    :param person: Who to add.
+    """
+    return person
+
+
+async def test_the_input_schema_comes_from_the_type_hints_and_the_docstring() -> None:
+    schema = send_message.spec.input_schema
+    assert schema["type"] == "object"
+    assert schema["required"] == ["channel_id"]
+    assert schema["properties"]["channel_id"]["type"] == "string"
+    assert schema["properties"]["channel_id"]["description"] == "The channel to post in."
+    assert schema["properties"]["text"]["default"] == "hello"
+    assert schema["properties"]["urgent"]["type"] == "boolean"
+    assert (
+        send_message.spec.description == "Send a message to a channel.\n\nPosts it as the bot user."
+    )
+    assert send_message.spec.name == "send_message"
+    assert send_message.spec.server is None
+
+
+async def test_model_parameters_get_a_self_contained_schema() -> None:
+    schema = add_person.spec.input_schema
+    assert schema["properties"]["person"]["description"] == "Who to add."
+    assert set(schema["$defs"]) == {"Person", "Address"}
+    validator = jsonschema.Draft202012Validator(schema)
+    validator.validate({"person": {"name": "Ada", "home": {"street": "Rue"}}})
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate({"person": {"name": "Ada", "home": {}}})
+
+
+async def test_options_set_the_name_description_timeout_and_hints() -> None:
+    spec = add_person.spec
+    assert spec.name == "add-person"
+    assert spec.description == "Add a person."
+    assert spec.timeout == 2.5
+    assert spec.annotations.destructive is False
+    assert spec.annotations.idempotent is True
+    assert spec.annotations.read_only is None
+
+
+async def test_the_output_schema_comes_from_the_return_annotation() -> None:
+    assert send_message.spec.output_schema == {"type": "string"}
+    assert add_person.spec.output_schema is not None
+    assert add_person.spec.output_schema["title"] == "Person"
+
+    @tool
+    def untyped(x: int):  # type: ignore[no-untyped-def]
+        return x
+
+    @tool
+    def anything(x: int) -> Any:
+        return x
+
+    assert untyped.spec.output_schema is None
+    assert anything.spec.output_schema is None
+
+
+async def test_the_handler_calls_the_function_and_answers_with_json_data() -> None:
+    outcome = await send_message.spec.handler({"channel_id": "c1", "urgent": True})
+    assert outcome == ToolOutcome(value="c1:hello:True")
+
+
+async def test_arguments_are_converted_to_the_annotated_types_and_results_to_json() -> None:
+    outcome = await add_person.spec.handler(
+        {"person": {"name": "Ada", "home": {"street": "Rue"}, "born": "1815-12-10"}, "mode": "b"}
+    )
+    assert outcome == ToolOutcome(
+        value={"name": "Ada", "home": {"street": "Rue", "city": "Paris"}, "born": "1815-12-10"}
+    )
+
+
+async def test_a_sync_function_runs_off_the_event_loop() -> None:
+    loop_thread = threading.get_ident()
+
+    @tool
+    def where() -> int:
+        return threading.get_ident()
+
+    outcome = await where.spec.handler({})
+    assert isinstance(outcome.value, int)
+    assert outcome.value != loop_thread
+
+
+async def test_an_exception_from_the_function_becomes_an_error_result_with_its_type() -> None:
+    @tool
+    async def fail(n: int) -> int:
+        raise ValueError(f"bad n {n}")
+
+    assert await fail.spec.handler({"n": 3}) == ToolOutcome(
+        value="ValueError: bad n 3", is_error=True
+    )
+
+
+async def test_a_tool_failure_becomes_an_error_result_with_its_message_alone() -> None:
+    @tool
+    def deny() -> None:
+        raise ToolFailure("access denied")
+
+    assert await deny.spec.handler({}) == ToolOutcome(value="access denied", is_error=True)
+
+
+async def test_source_gone_and_cancellation_pass_through() -> None:
+    @tool
+    async def gone() -> None:
+        raise SourceGone("the database went away")
+
+    with pytest.raises(SourceGone):
+        await gone.spec.handler({})
+
+    started = asyncio.Event()
+
+    @tool
+    async def slow() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(slow.spec.handler({}))
+    await asyncio.wait_for(started.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+
+
+async def test_an_argument_that_cannot_be_converted_is_an_error_result() -> None:
+    outcome = await add_person.spec.handler(
+        {"person": {"name": "Ada", "home": {"street": "R"}, "born": "never"}}
+    )
+    assert outcome.is_error
+    assert str(outcome.value).startswith("the arguments could not be converted: ")
+
+
+async def test_a_return_value_that_is_not_json_data_is_an_error_result() -> None:
+    @tool
+    def opaque() -> Any:
+        return object()
+
+    outcome = await opaque.spec.handler({})
+    assert outcome.is_error
+    assert "could not be turned into JSON data" in str(outcome.value)
+
+
+async def test_a_returned_tool_outcome_is_passed_on_as_it_is() -> None:
+    @tool
+    def explicit() -> ToolOutcome:
+        return ToolOutcome(value="told", is_error=True)
+
+    assert await explicit.spec.handler({}) == ToolOutcome(value="told", is_error=True)
+
+
+async def test_the_decorated_function_is_still_the_function() -> None:
+    assert isinstance(send_message, Tool)
+    assert await send_message("c", text="hi") == "c:hi:False"
+    ada = Person(name="Ada", home=Address(street="Rue"))
+    assert add_person(ada) is ada
+    assert send_message.__name__ == "send_message"
+    assert send_message.__doc__ is not None and send_message.__doc__.startswith("Send a message")
+    assert list(inspect.signature(send_message).parameters) == ["channel_id", "text", "urgent"]
+
+
+def test_a_function_with_star_args_cannot_be_a_tool() -> None:
+    def spread(*names: str) -> None: ...
+
+    def spread_keywords(**options: str) -> None: ...
+
+    def positional(a: int, /) -> None: ...
+
+    for function in (spread, spread_keywords, positional):
+        with pytest.raises(TypeError, match="named arguments only"):
+            tool(function)
+
+
+def test_a_function_whose_hints_cannot_be_resolved_cannot_be_a_tool() -> None:
+    def unresolved(x: NoSuchType) -> None:  # type: ignore[name-defined]  # noqa: F821
+        ...
+
+    with pytest.raises(TypeError, match="cannot be resolved"):
+        tool(unresolved)
+
+
+async def test_a_python_tool_binds_at_top_level_and_validates_against_its_schema() -> None:
+    plan = plan_for(send_message.spec)
+    calls: list[tuple[str, dict[str, Any], float | None]] = []
+
+    async def invoke(key: str, arguments: dict[str, Any], timeout: float | None) -> Any:
+        calls.append((key, arguments, timeout))
+        return (await send_message.spec.handler(arguments)).value
+
+    bound = bind([plan], invoke)
+    live = bound.top_level["send_message"]
+    assert str(inspect.signature(live)) == (
+        "(*, channel_id: str, text: str = 'hello', urgent: bool = False, "
+        "timeout: float | None = None) -> str"
+    )
+    assert await live(channel_id="c") == "c:hello:False"
+    assert calls == [("send_message", {"channel_id": "c"}, None)]
+    validator = ArgumentValidator(send_message.spec.input_schema, plan)
+    assert validator.validate({"channel_id": "c", "extra": 1}) == "unknown argument 'extra'"
