@@ -289,9 +289,10 @@ class Interpreter:
             except TimeoutError:
                 pass
         if not self._done.done():
+            # Said before the kill: the kernel's exit, reported while `kill` waits for it,
+            # would otherwise settle the script as a crash.
+            self._done.set_result({"status": "killed"})
             await self.kill()
-            if not self._done.done():
-                self._done.set_result({"status": "killed"})
         return self._done.result()
 
     async def _conclude(self, report: dict[str, Any], stop_reason: str | None) -> Outcome:
