@@ -323,6 +323,8 @@ class MCPServer:
         return self._log
 
     def _write_log(self, line: str) -> None:
+        if self._closed and self._log is None:
+            return
         try:
             log = self._open_log()
             log.write(f"--- toolscript {time.strftime('%Y-%m-%d %H:%M:%S')}: {line}\n")
