@@ -77,18 +77,25 @@ class FakeShell:
         self.behaviours[code] = behaviour
 
     async def _outcome(self, script_id: str, code: str, limit: float | None) -> FakeResult:
+        """Like `Shell.run`: a cancelled foreground run raises `CancelledError`."""
         behaviour = self.behaviours.get(code)
         try:
             if behaviour is None:
                 result = FakeResult("ok", f"exit 0 · ok\nran {code!r}")
             else:
-                result = await asyncio.wait_for(behaviour(limit), limit)
+                async with asyncio.timeout(limit):
+                    result = await behaviour(limit)
         except TimeoutError:
             result = FakeResult("time_limit", f"exit 1 · time_limit: stopped after {limit} s")
-        except asyncio.CancelledError:
-            result = FakeResult("cancelled", "exit 1 · cancelled by the caller")
         result.script_id = script_id
         return result
+
+    async def _background(self, script_id: str, code: str, limit: float | None) -> FakeResult:
+        """A background script: cancelling it ends it as `cancelled`, with a result."""
+        try:
+            return await self._outcome(script_id, code, limit)
+        except asyncio.CancelledError:
+            return FakeResult("cancelled", "exit 1 · cancelled by the caller", script_id)
 
     async def run(self, code: str, *, time_limit: float | None = None) -> FakeResult:
         self.runs.append((code, time_limit, False))
@@ -104,7 +111,7 @@ class FakeShell:
         self.runs.append((code, time_limit, True))
         script_id = f"s{next(self._ids)}"
         handle = FakeHandle(
-            script_id, asyncio.create_task(self._outcome(script_id, code, time_limit))
+            script_id, asyncio.create_task(self._background(script_id, code, time_limit))
         )
         self.handles.append(handle)
         return handle

@@ -61,6 +61,7 @@ class StandIn:
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._holds: list[asyncio.Event] = []
+        self.failures: list[BaseException] = []
 
     @property
     def base_url(self) -> str:
@@ -76,7 +77,9 @@ class StandIn:
         return f"{self.provider}:stand-in-model"
 
     def queue(self, *replies: ReplySource) -> None:
-        """Add replies for the next requests, in order."""
+        """Add replies for the next requests, in order. A reply may be a function of the
+        request's body; an exception it raises is answered with HTTP 400 and raised again
+        when the stand-in closes, so the test fails with it."""
         for reply in replies:
             if isinstance(reply, Reply) and reply.hold is not None:
                 self._holds.append(reply.hold)
@@ -96,6 +99,8 @@ class StandIn:
         await asyncio.gather(*self._handlers, return_exceptions=True)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._server.wait_closed(), 5)
+        if self.failures:
+            raise self.failures[0]
 
     # -- serving -------------------------------------------------------------------------
 
@@ -125,9 +130,14 @@ class StandIn:
             await _http_error(writer, 500, "the stand-in has no reply queued for this request")
             return
         source = self.replies.pop(0)
-        reply = source if isinstance(source, Reply) else source(body)
-        if not isinstance(reply, Reply):
-            reply = await reply
+        try:
+            reply = source if isinstance(source, Reply) else source(body)
+            if not isinstance(reply, Reply):
+                reply = await reply
+        except Exception as failure:
+            self.failures.append(failure)
+            await _http_error(writer, 400, f"the test's reply failed: {failure!r}")
+            return
         if reply.status != 200:
             await _http_error(writer, reply.status, "scripted error", reply.retry_after)
             return

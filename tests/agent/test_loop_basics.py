@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
 
-from toolscript.agent import Agent, ExecutionControl
+from toolscript.agent import Agent
 
 from .fake_runtime import FakeRuntime
+from .helpers import KEY, control, said_to_model
 from .standins import Reply, StandIn
 
 pytestmark = pytest.mark.timeout(20)
-
-KEY = "stand-in-key"
-
-
-def control(**changes: Any) -> ExecutionControl:
-    values: dict[str, Any] = {"request_timeout": 10.0}
-    values.update(changes)
-    return ExecutionControl(**values)
-
-
-def said_to_model(body: dict[str, Any]) -> str:
-    """Everything in a request's messages, as one text to search."""
-    return json.dumps(body.get("messages", []))
 
 
 async def test_a_turn_runs_the_scripts_the_model_asks_for_and_ends_on_finish(
@@ -146,5 +131,5 @@ async def test_a_reply_cut_at_the_token_limit_is_followed_by_a_request_to_go_on(
 
 
 def test_a_model_without_a_known_provider_is_refused_naming_model(fake: FakeRuntime) -> None:
-    with pytest.raises(ValueError, match="^model: "):
+    with pytest.raises(ValueError, match=r"^model: "):
         Agent("gemini:pro", fake, control=control())

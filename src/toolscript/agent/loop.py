@@ -266,6 +266,11 @@ class _TurnRun:
             elapsed=self.elapsed(),
         )
 
+    def check_abort(self) -> None:
+        """Raise `CancelledError` if an abort was asked for and something swallowed it."""
+        if self.abort_requested:
+            raise asyncio.CancelledError
+
     def abort_text(self) -> str:
         if self.script_running is not None:
             self.record(
@@ -296,6 +301,7 @@ class _TurnRun:
                     f"the step cap ({self.cap}) was reached; the last step's results were not "
                     "sent to the model",
                 )
+            self.check_abort()
             self.send_outbox()
             self.steps += 1
             self.ledger.model_looked()
@@ -434,6 +440,7 @@ class _TurnRun:
                 results[call.id] = self.not_run(call, "the turn's lifetime passed before it")
                 continue
             results[call.id], stop = await self.call_tool(call)
+            self.check_abort()
         terminal = [call for call in calls if call.name in TERMINAL_TOOLS]
         for index, call in enumerate(terminal):
             if stop is not None:
@@ -514,7 +521,8 @@ class _TurnRun:
         bound = None if limit is None else limit + SETTLE_BOUND
         self.script_running = call.id
         try:
-            outcome = await asyncio.wait_for(shell.run(code, time_limit=limit), bound)
+            async with asyncio.timeout(bound):
+                outcome = await shell.run(code, time_limit=limit)
         except TimeoutError:
             self.script_running = None
             return self.refuse(call, "run_python: the runtime did not answer."), _Stop(
@@ -539,7 +547,8 @@ class _TurnRun:
     async def start_background(
         self, call: ToolCall, shell: ScriptShell, code: str, limit: float | None, note: str | None
     ) -> ToolResult:
-        handle = await asyncio.wait_for(shell.start(code, time_limit=limit), SETTLE_BOUND)
+        async with asyncio.timeout(SETTLE_BOUND):
+            handle = await shell.start(code, time_limit=limit)
         script_id = str(handle.id)
         watcher = asyncio.create_task(handle.result())
         owed = Owed(f"background script {script_id}", standing="running")
@@ -572,7 +581,8 @@ class _TurnRun:
             ), None
         if call.name == "cancel_script" and found.running:
             try:
-                outcome = await asyncio.wait_for(found.handle.cancel(), SETTLE_BOUND)
+                async with asyncio.timeout(SETTLE_BOUND):
+                    outcome = await found.handle.cancel()
             except TimeoutError:
                 return self.refuse(call, "cancel_script: the runtime did not answer."), _Stop(
                     "error", f"the runtime did not answer a cancel within {SETTLE_BOUND} s"
@@ -701,7 +711,8 @@ class _TurnRun:
     async def clean_up(self) -> None:
         for found in self.ledger.running():
             try:
-                outcome = await asyncio.wait_for(found.handle.cancel(), CLEANUP_BOUND)
+                async with asyncio.timeout(CLEANUP_BOUND):
+                    outcome = await found.handle.cancel()
             except Exception as err:
                 self.record(
                     {

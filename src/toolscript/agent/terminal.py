@@ -79,6 +79,9 @@ class Ledger:
 
     def unseen(self) -> list[Owed]:
         """What the model has not seen: results not yet sent, scripts still running."""
+        for b in self.background.values():
+            if not b.running and b.owed.standing == "running":
+                b.owed.standing = "ended"
         return [item for item in self.owed if item.standing != "seen"]
 
     async def settle(self, timeout: float) -> None:
@@ -86,9 +89,6 @@ class Ledger:
         watchers = [b.watcher for b in self.running()]
         if watchers and timeout > 0:
             await asyncio.wait(watchers, timeout=timeout)
-        for b in self.background.values():
-            if not b.running and b.owed.standing == "running":
-                b.owed.standing = "ended"
 
     def refusal(self, tool: str) -> str | None:
         """Why `tool` (`finish` or `block`) cannot end the turn now, or `None` if it can."""

@@ -77,7 +77,8 @@ def status_error(
             retry_after = max(0.0, float(retry_after_header))
         except ValueError:
             retry_after = None
-    retryable = status in RETRYABLE_STATUSES or error_type in RETRYABLE_ERROR_TYPES
+    in_stream = status < 300
+    retryable = status in RETRYABLE_STATUSES or (in_stream and error_type in RETRYABLE_ERROR_TYPES)
     return ModelError(
         f"the model API answered {status}: {message}",
         retryable=retryable,
