@@ -59,10 +59,7 @@ ANNOTATION_NAMES = frozenset({"Any", "Literal", "str", "int", "float", "bool", "
 RESERVED_TOP_LEVEL = ANNOTATION_NAMES | {"tools", "ToolError", "ToolTimeout"}
 """Names a top-level tool or server may not take: the stubs and the kernel use them."""
 
-TIMEOUT_DOC = (
-    "Seconds to wait for this call's answer; past it the call raises ToolTimeout "
-    "(it was sent and may still take effect)."
-)
+TIMEOUT_DOC = "Seconds to wait for the answer, then ToolTimeout (the call may still take effect)."
 
 _MAX_DEPTH = 8
 _MAX_NODES = 400
