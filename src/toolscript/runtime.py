@@ -318,7 +318,10 @@ class Shell:
                     script_id, interpreter, interpreter.last_outcome, limit, started, notes
                 )
             raise
-        return self._conclude(script_id, interpreter, outcome, limit, started, notes)
+        result = self._conclude(script_id, interpreter, outcome, limit, started, notes)
+        if self._interpreter is not interpreter and interpreter.alive:
+            await interpreter.kill()  # dropped while still running (out of memory): end it
+        return result
 
     def _conclude(
         self,
