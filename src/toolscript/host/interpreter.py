@@ -169,10 +169,10 @@ class Interpreter:
         # Start-up output is the kernel's, not a script's: kept to explain a failed start.
         self._stdout.begin(secrets.token_hex(8), at_start_marker=False)
         self._stderr.begin(secrets.token_hex(8), at_start_marker=False)
-        self._channel, _ = await loop.connect_accepted_socket(
-            lambda: _ChannelProtocol(self), sock=host_end
-        )
         try:
+            self._channel, _ = await loop.connect_accepted_socket(
+                lambda: _ChannelProtocol(self), sock=host_end
+            )
             ready = await self._expect("ready", self.launch.start_timeout)
             self.python_version = str(ready.get("python"))
             if self.catalogue.plans:
@@ -187,6 +187,10 @@ class Interpreter:
             stderr = self._stderr.take().text.strip()
             detail = f"; it said: {stderr[-800:]}" if stderr else ""
             raise InterpreterStartError(f"{error.reason}{detail}") from None
+        except asyncio.CancelledError:
+            # Nobody holds this interpreter yet, so nobody else would ever stop it.
+            await asyncio.shield(self.kill())
+            raise
 
     async def _expect(
         self, kind: str, timeout: float, request: dict[str, Any] | None = None
