@@ -8,6 +8,7 @@ interpreter, which is replaced (with a note in the next result) when it dies or 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import math
 import secrets
@@ -23,7 +24,14 @@ from typing import Any
 from .host.calls import CallReport
 from .host.catalogue import ToolCatalogue
 from .host.environment import resolve_limits, scrubbed_environment
-from .host.interpreter import Interpreter, InterpreterStartError, Launch, Outcome
+from .host.interpreter import (
+    OUTPUT_END_WAIT,
+    SHUTDOWN_WAIT,
+    Interpreter,
+    InterpreterStartError,
+    Launch,
+    Outcome,
+)
 from .host.journal import Journal, JournalCall, state_dir
 from .host.result import TEXT_LIMIT, ScriptResult
 from .tools.spec import ToolSpec
@@ -250,6 +258,7 @@ class Shell:
         self.generation = 0
         self._interpreter: Interpreter | None = None
         self._running: str | None = None
+        self._ended: asyncio.Event | None = None
         self._reset_reason: str | None = None
         self._told_uncertain = False
 
@@ -288,10 +297,12 @@ class Shell:
                 time_limit,
             )
         self._running = script_id
+        self._ended = asyncio.Event()
         try:
             return await self._run(script_id, code, limit)
         finally:
             self._running = None
+            self._ended.set()
 
     async def _run(self, script_id: str, code: str, limit: float) -> ScriptResult:
         runtime = self.runtime
@@ -344,7 +355,9 @@ class Shell:
             shell=self.name,
             duration=time.monotonic() - started,
         )
-        runtime.journal.end_script(script_id, result.status, time.time())
+        journal = runtime._journal  # not `runtime.journal`: a run stopped by aclose() ends here
+        assert journal is not None
+        journal.end_script(script_id, result.status, time.time())
         return result
 
     async def _interpreter_for_run(self) -> tuple[Interpreter, str | None]:
@@ -403,7 +416,17 @@ class Shell:
         )
 
     async def close(self) -> None:
-        """Stop this shell's interpreter (bounded). The shell can run again afterwards."""
+        """Stop this shell's interpreter (bounded). The shell can run again afterwards.
+
+        A script still running is stopped first (interrupt, then a kill after the grace
+        period), so its run returns as cancelled and is journaled before the journal closes.
+        """
+        interpreter = self._interpreter
+        if interpreter is not None and self._running is not None:
+            await interpreter.stop("the runtime was closed", self.runtime.grace)
+            if self._ended is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._ended.wait(), OUTPUT_END_WAIT + SHUTDOWN_WAIT)
         interpreter, self._interpreter = self._interpreter, None
         if interpreter is not None:
             await interpreter.close()

@@ -126,6 +126,7 @@ class Interpreter:
         self.fault: str | None = None
         self.closing = False
         self.last_outcome: Outcome | None = None
+        self._stop_reason: str | None = None
 
     # -- life --------------------------------------------------------------------------------
 
@@ -279,8 +280,10 @@ class Interpreter:
         return outcome
 
     async def stop(self, reason: str, grace: float) -> None:
-        """Stop the running script (used by a handle's cancel); `execute` then concludes."""
+        """Stop the running script (used by a handle's cancel); `execute` then concludes,
+        giving `reason` as the stop's reason."""
         if self._script is not None and self._done is not None and not self._done.done():
+            self._stop_reason = reason
             await self._stop(self._script, reason, grace)
 
     async def _stop(self, script_id: str, reason: str, grace: float) -> dict[str, Any]:
@@ -316,6 +319,9 @@ class Interpreter:
         calls = self.ledger.settle(interpreter_gone=gone)
         self._script = None
         self._done = None
+        if stop_reason is None:
+            stop_reason = self._stop_reason
+        self._stop_reason = None
         if status == "stopped" and stop_reason is None:
             stop_reason = str(report.get("reason", "stopped"))
         return Outcome(
