@@ -64,7 +64,7 @@ class ToolCatalogue:
         validator = self._validators.get(key)
         if validator is None:
             return f"there is no tool {key!r}"
-        problem = validator.validate(args)
+        problem = validator.validate(args, decoded=True)
         return None if problem is None else f"{key}: {problem}"
 
     async def call(self, key: str, args: dict[str, Any]) -> Answer:
