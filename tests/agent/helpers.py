@@ -19,4 +19,4 @@ def control(**changes: Any) -> ExecutionControl:
 
 def said_to_model(body: dict[str, Any]) -> str:
     """Everything in a request's messages, as one text to search."""
-    return json.dumps(body.get("messages", []))
+    return json.dumps(body.get("messages", []), ensure_ascii=False)

@@ -35,7 +35,7 @@ from .conversation import (
     UserText,
 )
 from .providers import ModelError, Provider, make_provider
-from .runtime_protocol import ScriptOutcome, ScriptRuntime, ScriptShell
+from .runtime_protocol import BackgroundShell, ScriptOutcome, ScriptRuntime, ScriptShell
 from .terminal import TERMINAL_TOOLS, Background, Ledger, Owed
 from .tools import ACTION_TOOLS, system_prompt
 
@@ -514,9 +514,15 @@ class _TurnRun:
         limit, note = self.time_limit(None if requested is None else float(requested))
         shell = self.shell
         assert shell is not None
+        if background and not isinstance(shell, BackgroundShell):
+            return self.refuse(
+                call,
+                "run_python was not run: this runtime cannot run scripts in the background; "
+                "run it without background=true.",
+            ), None
         self.scripts += 1
         self.emit("script_started", call_id=call.id, background=background, time_limit=limit)
-        if background:
+        if isinstance(shell, BackgroundShell) and background:
             return await self.start_background(call, shell, code, limit, note), None
         bound = None if limit is None else limit + SETTLE_BOUND
         self.script_running = call.id
@@ -545,7 +551,12 @@ class _TurnRun:
         return ToolResult(call.id, call.name, text, is_error=outcome.status != "ok"), None
 
     async def start_background(
-        self, call: ToolCall, shell: ScriptShell, code: str, limit: float | None, note: str | None
+        self,
+        call: ToolCall,
+        shell: BackgroundShell,
+        code: str,
+        limit: float | None,
+        note: str | None,
     ) -> ToolResult:
         async with asyncio.timeout(SETTLE_BOUND):
             handle = await shell.start(code, time_limit=limit)

@@ -7,7 +7,7 @@ drive the loop with a stand-in, and the real `Runtime` satisfies this structural
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class CallCounts(Protocol):
@@ -75,6 +75,11 @@ class ScriptShell(Protocol):
         """Run `code` and return its settled result."""
         ...
 
+
+@runtime_checkable
+class BackgroundShell(ScriptShell, Protocol):
+    """A shell that can also start scripts in the background."""
+
     async def start(
         self,
         code: str,
@@ -93,6 +98,6 @@ class ScriptRuntime(Protocol):
         """The tool catalogue as Python stubs."""
         ...
 
-    def shell(self, name: str = ...) -> ScriptShell:
+    def shell(self, name: str | None = None) -> ScriptShell:
         """The shell called `name` (the default shell without one)."""
         ...

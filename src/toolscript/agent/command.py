@@ -1,0 +1,193 @@
+"""`toolscript agent "TASK" --model PROVIDER:MODEL`: one agent turn in the terminal.
+
+`agent_command` is a plain function with typer annotations; the `toolscript` app registers it
+with `app.command("agent")(agent_command)`. Progress (steps, scripts, calls, elapsed) goes to
+standard error while the turn runs; the summary, or with `--json` the whole turn, goes to
+standard output. The exit code is 0 when the model ended the turn (and did not `block`), 1
+otherwise, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from .control import ExecutionControl, InvalidControl
+from .loop import Agent, AgentEvent, Turn
+
+
+class Progress:
+    """Keeps the live status line of a turn and prints what happens, on standard error."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.step = 0
+        self.cap = 0
+        self.scripts = 0
+        self.calls = 0
+        self.elapsed = 0.0
+        self.doing = "starting"
+        self.live: Live | None = None
+
+    def status(self) -> Text:
+        """The status line."""
+        return Text(
+            f"step {self.step}/{self.cap} · scripts {self.scripts} · calls {self.calls} · "
+            f"{self.elapsed:.1f} s · {self.doing}",
+            style="dim",
+        )
+
+    def hear(self, event: AgentEvent) -> None:
+        """Take one event of the turn."""
+        self.step, self.elapsed = event.step, event.elapsed
+        detail = event.detail
+        if event.kind == "step":
+            self.cap = detail["cap"]
+            self.doing = "waiting for the model"
+        elif event.kind in ("text", "tool_call"):
+            self.doing = "the model is answering"
+        elif event.kind == "retry":
+            self.console.print(f"[yellow]retry {detail['attempt']}[/]: {detail['why']}")
+        elif event.kind == "script_started":
+            self.scripts += 1
+            self.doing = "running a script" + (" (background)" if detail["background"] else "")
+        elif event.kind == "script_ended":
+            made = sum(detail["calls"].values())
+            self.calls += made
+            self.console.print(
+                f"script {detail['script_id']}: {detail['status']}, {made} tool call(s)"
+            )
+        elif event.kind == "background_ended":
+            self.console.print(f"background script {detail['script_id']} ended")
+        elif event.kind == "terminal_refused":
+            self.console.print(f"[yellow]{detail['tool']} refused[/]: results were unread")
+        elif event.kind == "before_step":
+            self.console.print(f"before_step: {detail['outcome']}")
+        elif event.kind == "reply":
+            self.doing = "acting"
+        if self.live is not None:
+            self.live.update(self.status())
+
+
+def summary(turn: Turn) -> str:
+    """The turn's ending in a few lines."""
+    lines = [
+        f"stop_reason: {turn.stop_reason}",
+        f"steps: {turn.steps} · scripts: {turn.scripts} · elapsed: {turn.elapsed:.1f} s",
+    ]
+    if turn.summary is not None:
+        lines.append(f"finished: {turn.summary}")
+    if turn.blocked is not None:
+        lines.append(f"blocked: {turn.blocked}")
+    if turn.error is not None:
+        lines.append(f"why: {turn.error}")
+    last = next(
+        (e for e in reversed(turn.transcript) if e["role"] == "assistant" and e["text"]), None
+    )
+    if last is not None and turn.summary is None:
+        lines.append(f"the model's last words: {last['text']}")
+    return "\n".join(lines)
+
+
+def agent_command(
+    task: Annotated[str, typer.Argument(help="What the agent should do.")],
+    model: Annotated[
+        str, typer.Option("--model", help="anthropic:MODEL or openai:MODEL.", show_default=False)
+    ],
+    base_url: Annotated[
+        str | None,
+        typer.Option("--base-url", help="Another server of that API (any OpenAI-compatible)."),
+    ] = None,
+    mcp_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--mcp-config",
+            help="An MCP client config file whose servers' tools the scripts can call.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
+    max_steps: Annotated[
+        int, typer.Option("--max-steps", help="Model requests the turn may make.")
+    ] = 50,
+    lifetime_timeout: Annotated[
+        float | None, typer.Option("--lifetime-timeout", help="Seconds for the whole turn.")
+    ] = None,
+    request_timeout: Annotated[
+        float, typer.Option("--request-timeout", help="Seconds for each model request.")
+    ] = 300.0,
+    tool_timeout: Annotated[
+        float | None,
+        typer.Option("--tool-timeout", help="The longest time limit of one script, in seconds."),
+    ] = 60.0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the whole turn, transcript included, as JSON.")
+    ] = False,
+    journal: Annotated[
+        str | None,
+        typer.Option("--journal", help="Journal file, or ':memory:' (default: the state dir)."),
+    ] = None,
+) -> None:
+    """Run one agent turn on TASK: the model acts only by running Python scripts."""
+    try:
+        control = ExecutionControl(
+            request_timeout=request_timeout,
+            lifetime_timeout=lifetime_timeout,
+            tool_timeout=tool_timeout,
+            max_steps=max_steps,
+        )
+    except InvalidControl as error:
+        raise typer.BadParameter(
+            str(error), param_hint=f"--{error.field.replace('_', '-')}"
+        ) from None
+    console = Console(stderr=True)
+    progress = Progress(console)
+    ended: list[Turn] = []
+
+    async def main() -> None:
+        from ..runtime import Runtime
+
+        async with Runtime(mcp_config=mcp_config, journal=journal) as rt:
+            for server, reason in rt.mcp_failures.items():
+                console.print(f"toolscript: MCP server {server!r} did not start: {reason}")
+            try:
+                agent = Agent(model, rt, base_url=base_url, control=control, on_event=progress.hear)
+            except ValueError as error:
+                raise typer.BadParameter(str(error), param_hint="--model") from None
+            with Live(progress.status(), console=console, transient=True) as live:
+                progress.live = live
+                turn = await agent.run(task)
+                progress.live = None
+            ended.append(turn)
+            _show(turn, as_json)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        if not ended:
+            console.print("interrupted")
+        raise typer.Exit(130) from None
+    turn = ended[0]
+    raise typer.Exit(0 if turn.stop_reason == "end_turn" and turn.blocked is None else 1)
+
+
+def _show(turn: Turn, as_json: bool) -> None:
+    if as_json:
+        json.dump(turn.to_dict(), sys.stdout, indent=2, ensure_ascii=False, default=_json_safe)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(summary(turn) + "\n")
+    sys.stdout.flush()
+
+
+def _json_safe(value: Any) -> str:
+    return repr(value)

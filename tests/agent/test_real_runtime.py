@@ -1,0 +1,146 @@
+"""The agent loop driving the real `toolscript.Runtime` (real interpreters, real tool calls)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from toolscript import Runtime, Shell, tool
+from toolscript.agent import Agent
+
+from .helpers import KEY, control, said_to_model
+from .standins import Reply, StandIn
+
+pytestmark = pytest.mark.timeout(30)
+
+needs_background = pytest.mark.skipif(
+    not hasattr(Shell, "start"),
+    reason="Shell.start (background scripts) is not in toolscript.runtime yet; "
+    "these tests run once it lands",
+)
+
+
+class Gate:
+    """A tool the script awaits: it says when it was entered and answers once opened."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    async def wait(self) -> str:
+        self.entered.set()
+        await self.opened.wait()
+        return "opened"
+
+
+@pytest.fixture
+def gate() -> Gate:
+    return Gate()
+
+
+@pytest.fixture
+async def runtime(gate: Gate) -> AsyncIterator[Runtime]:
+    @tool
+    async def lookup(key: str) -> str:
+        """Look a key up."""
+        return key.upper()
+
+    @tool
+    async def wait_for_gate() -> str:
+        """Wait until the test opens the gate."""
+        return await gate.wait()
+
+    async with Runtime(tools=[lookup, wait_for_gate], journal=":memory:") as rt:
+        yield rt
+
+
+async def test_a_turn_runs_real_scripts_and_the_model_reads_their_results(
+    standin: StandIn, runtime: Runtime
+) -> None:
+    standin.queue(
+        Reply(calls=[("run_python", {"code": "print(await lookup(key='abc'))"})]),
+        Reply(calls=[("finish", {"summary": "looked it up"})]),
+    )
+    agent = Agent(standin.model, runtime, base_url=standin.base_url, api_key=KEY, control=control())
+
+    turn = await agent.run("look up abc")
+
+    assert (turn.stop_reason, turn.steps, turn.summary) == ("end_turn", 2, "looked it up")
+    assert "exit 0 · ok" in said_to_model(standin.requests[1])
+    assert "ABC" in said_to_model(standin.requests[1])
+    assert "async def lookup(*, key: str" in json.dumps(standin.requests[0])
+    scripts = [e for e in turn.transcript if e["role"] == "script"]
+    assert scripts[0]["result"]["calls"]["by_fate"] == {"seen": 1}
+
+
+async def test_a_script_that_outlives_the_turn_is_stopped_by_the_runtime_at_the_lifetime(
+    standin: StandIn, runtime: Runtime
+) -> None:
+    standin.queue(Reply(calls=[("run_python", {"code": "import time\ntime.sleep(30)"})]))
+    agent = Agent(
+        standin.model,
+        runtime,
+        base_url=standin.base_url,
+        api_key=KEY,
+        control=control(lifetime_timeout=1.0),
+    )
+
+    turn = await asyncio.wait_for(agent.run("sleep"), 20)
+
+    assert turn.stop_reason == "time_limit"
+    scripts = [e for e in turn.transcript if e["role"] == "script"]
+    assert scripts[0]["status"] == "time_limit"
+    assert turn.elapsed < 10
+
+
+async def test_an_abort_while_a_real_script_waits_on_a_tool_ends_the_turn_aborted(
+    standin: StandIn, runtime: Runtime, gate: Gate
+) -> None:
+    standin.queue(Reply(calls=[("run_python", {"code": "await wait_for_gate()"})]))
+    agent = Agent(standin.model, runtime, base_url=standin.base_url, api_key=KEY, control=control())
+    task = asyncio.create_task(agent.run("wait"))
+
+    await asyncio.wait_for(gate.entered.wait(), 15)
+    task.cancel()
+    turn = await asyncio.wait_for(task, 15)
+
+    assert turn.stop_reason == "aborted"
+    assert turn.error is not None and "while the script of run_python call" in turn.error
+
+
+@needs_background
+async def test_finish_waits_for_a_real_background_script_and_is_refused_until_it_was_read(
+    standin: StandIn, runtime: Runtime, gate: Gate
+) -> None:
+    async def open_the_gate_after_the_refusal(body: dict[str, Any]) -> Reply:
+        assert "finish was refused" in said_to_model(body)
+        assert "Still running" in said_to_model(body)
+        gate.opened.set()
+        return Reply(calls=[("finish", {"summary": "after the gate"})])
+
+    def finish_once_read(body: dict[str, Any]) -> Reply:
+        assert "ended" in said_to_model(body)
+        assert "opened" in said_to_model(body)
+        return Reply(calls=[("finish", {"summary": "read it"})])
+
+    standin.queue(
+        Reply(calls=[("run_python", {"code": "print(await wait_for_gate())", "background": True})]),
+        Reply(calls=[("finish", {"summary": "too early"})]),
+        open_the_gate_after_the_refusal,
+        finish_once_read,
+    )
+    agent = Agent(
+        standin.model,
+        runtime,
+        base_url=standin.base_url,
+        api_key=KEY,
+        control=control(terminal_wait=0.5),
+    )
+
+    turn = await asyncio.wait_for(agent.run("wait in the background"), 25)
+
+    assert (turn.stop_reason, turn.summary) == ("end_turn", "read it")
