@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
-from toolscript.agent import ExecutionControl
+from toolscript.agent import Agent, AgentEvent, ExecutionControl
+
+from .standins import StandIn
 
 KEY = "stand-in-key"
 
@@ -15,6 +18,24 @@ def control(**changes: Any) -> ExecutionControl:
     values: dict[str, Any] = {"request_timeout": 10.0}
     values.update(changes)
     return ExecutionControl(**values)
+
+
+def agent_for(
+    standin: StandIn,
+    runtime: Any,
+    *,
+    on_event: Callable[[AgentEvent], None] | None = None,
+    **changes: Any,
+) -> Agent:
+    """An agent that talks to `standin`, under `control(**changes)`."""
+    return Agent(
+        standin.model,
+        runtime,
+        base_url=standin.base_url,
+        api_key=KEY,
+        control=control(**changes),
+        on_event=on_event,
+    )
 
 
 def said_to_model(body: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ import pytest
 from toolscript.agent import Agent, ExecutionControl, InvalidControl, StepState
 
 from .fake_runtime import FakeRuntime
-from .helpers import KEY, control
+from .helpers import KEY, agent_for
 from .standins import Reply, StandIn
 
 pytestmark = pytest.mark.timeout(20)
@@ -91,13 +91,7 @@ async def test_before_step_raises_the_step_cap(standin: StandIn, fake: FakeRunti
         return 3
 
     standin.queue(*steps_that_run_scripts(2), Reply(calls=[("finish", {"summary": "3 steps"})]))
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(max_steps=1, before_step=renew),
-    )
+    agent = agent_for(standin, fake, max_steps=1, before_step=renew)
 
     turn = await agent.run("go")
 
@@ -109,13 +103,7 @@ async def test_a_plain_before_step_function_may_raise_the_cap_too(
     standin: StandIn, fake: FakeRuntime
 ) -> None:
     standin.queue(*steps_that_run_scripts(1), Reply(text="done"))
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(max_steps=1, before_step=lambda state: state.max_steps + 1),
-    )
+    agent = agent_for(standin, fake, max_steps=1, before_step=lambda state: state.max_steps + 1)
 
     turn = await agent.run("go")
 
@@ -129,13 +117,7 @@ async def test_a_before_step_that_raises_declines_and_the_turn_goes_on_to_its_ca
         raise RuntimeError("budget service down")
 
     standin.queue(*steps_that_run_scripts(3))
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(max_steps=2, before_step=broken),
-    )
+    agent = agent_for(standin, fake, max_steps=2, before_step=broken)
 
     turn = await agent.run("go")
 
@@ -158,13 +140,7 @@ async def test_a_before_step_that_overruns_its_timeout_declines(
         return 10
 
     standin.queue(*steps_that_run_scripts(2))
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(max_steps=1, before_step=slow, before_step_timeout=0.2),
-    )
+    agent = agent_for(standin, fake, max_steps=1, before_step=slow, before_step_timeout=0.2)
 
     turn = await asyncio.wait_for(agent.run("go"), 10)
 
@@ -184,13 +160,7 @@ async def test_a_blocking_before_step_that_overruns_its_timeout_declines(
         return 10
 
     standin.queue(*steps_that_run_scripts(2))
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(max_steps=1, before_step=blocking, before_step_timeout=0.2),
-    )
+    agent = agent_for(standin, fake, max_steps=1, before_step=blocking, before_step_timeout=0.2)
     try:
         turn = await asyncio.wait_for(agent.run("go"), 10)
     finally:
@@ -204,13 +174,7 @@ async def test_an_offer_that_is_not_a_larger_int_leaves_the_cap(
     standin: StandIn, fake: FakeRuntime, offer: object
 ) -> None:
     standin.queue(*steps_that_run_scripts(2))
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(max_steps=1, before_step=lambda state: offer),
-    )
+    agent = agent_for(standin, fake, max_steps=1, before_step=lambda state: offer)
 
     turn = await agent.run("go")
 

@@ -7,7 +7,7 @@ import pytest
 from toolscript.agent import Agent
 
 from .fake_runtime import FakeRuntime
-from .helpers import KEY, control, said_to_model
+from .helpers import agent_for, control, said_to_model
 from .standins import Reply, StandIn
 
 pytestmark = pytest.mark.timeout(20)
@@ -20,7 +20,7 @@ async def test_a_turn_runs_the_scripts_the_model_asks_for_and_ends_on_finish(
         Reply(text="Let me look.", calls=[("run_python", {"code": "print(2 + 2)"})]),
         Reply(calls=[("finish", {"summary": "printed 4"})]),
     )
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("print four")
 
@@ -44,7 +44,7 @@ async def test_the_system_prompt_carries_the_runtime_catalogue_and_the_action_to
     standin: StandIn, fake: FakeRuntime
 ) -> None:
     standin.queue(Reply(text="Nothing to do."))
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("nothing")
 
@@ -61,7 +61,7 @@ async def test_a_reply_without_tool_calls_ends_the_turn(
     standin: StandIn, fake: FakeRuntime
 ) -> None:
     standin.queue(Reply(text="The answer is 4."))
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("what is 2 + 2")
 
@@ -71,7 +71,7 @@ async def test_a_reply_without_tool_calls_ends_the_turn(
 
 async def test_block_ends_the_turn_with_its_reason(standin: StandIn, fake: FakeRuntime) -> None:
     standin.queue(Reply(calls=[("block", {"reason": "no credentials"})]))
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("deploy")
 
@@ -85,13 +85,7 @@ async def test_a_time_limit_over_the_tool_timeout_is_cut_to_it_and_the_model_is_
         Reply(calls=[("run_python", {"code": "x = 1", "time_limit_s": 500})]),
         Reply(text="ok"),
     )
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(tool_timeout=7.0),
-    )
+    agent = agent_for(standin, fake, tool_timeout=7.0)
 
     await agent.run("go")
 
@@ -106,7 +100,7 @@ async def test_a_call_with_arguments_that_are_not_an_object_is_answered_with_an_
         Reply(calls=[("run_python", {"source": "x"}), ("frobnicate", {})]),
         Reply(text="ok"),
     )
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("go")
 
@@ -122,7 +116,7 @@ async def test_a_reply_cut_at_the_token_limit_is_followed_by_a_request_to_go_on(
 ) -> None:
     cut = "max_tokens" if standin.provider == "anthropic" else "length"
     standin.queue(Reply(text="The long answer beg", stop=cut), Reply(text="ins here."))
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("go")
 

@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from toolscript import Runtime, Shell, tool
-from toolscript.agent import Agent
 
-from .helpers import KEY, control, said_to_model
+from .helpers import agent_for, said_to_model
 from .standins import Reply, StandIn
 
 pytestmark = pytest.mark.timeout(30)
@@ -65,7 +64,7 @@ async def test_a_turn_runs_real_scripts_and_the_model_reads_their_results(
         Reply(calls=[("run_python", {"code": "print(await lookup(key='abc'))"})]),
         Reply(calls=[("finish", {"summary": "looked it up"})]),
     )
-    agent = Agent(standin.model, runtime, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, runtime)
 
     turn = await agent.run("look up abc")
 
@@ -81,13 +80,7 @@ async def test_a_script_that_outlives_the_turn_is_stopped_by_the_runtime_at_the_
     standin: StandIn, runtime: Runtime
 ) -> None:
     standin.queue(Reply(calls=[("run_python", {"code": "import time\ntime.sleep(30)"})]))
-    agent = Agent(
-        standin.model,
-        runtime,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(lifetime_timeout=1.0),
-    )
+    agent = agent_for(standin, runtime, lifetime_timeout=1.0)
 
     turn = await asyncio.wait_for(agent.run("sleep"), 20)
 
@@ -101,7 +94,7 @@ async def test_an_abort_while_a_real_script_waits_on_a_tool_ends_the_turn_aborte
     standin: StandIn, runtime: Runtime, gate: Gate
 ) -> None:
     standin.queue(Reply(calls=[("run_python", {"code": "await wait_for_gate()"})]))
-    agent = Agent(standin.model, runtime, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, runtime)
     task = asyncio.create_task(agent.run("wait"))
 
     await asyncio.wait_for(gate.entered.wait(), 15)
@@ -133,13 +126,7 @@ async def test_finish_waits_for_a_real_background_script_and_is_refused_until_it
         open_the_gate_after_the_refusal,
         finish_once_read,
     )
-    agent = Agent(
-        standin.model,
-        runtime,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(terminal_wait=0.5),
-    )
+    agent = agent_for(standin, runtime, terminal_wait=0.5)
 
     turn = await asyncio.wait_for(agent.run("wait in the background"), 25)
 

@@ -7,10 +7,8 @@ from typing import Any
 
 import pytest
 
-from toolscript.agent import Agent
-
 from .fake_runtime import FakeRuntime
-from .helpers import KEY, control, said_to_model
+from .helpers import agent_for, said_to_model
 from .standins import Reply, StandIn
 
 pytestmark = pytest.mark.timeout(20)
@@ -45,13 +43,7 @@ async def test_finish_is_refused_while_a_background_script_runs_then_accepted_on
         release_after_the_refusal,
         finish_once_the_result_is_in,
     )
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(terminal_wait=0.2),
-    )
+    agent = agent_for(standin, fake, terminal_wait=0.2)
 
     turn = await agent.run("deploy")
 
@@ -83,7 +75,7 @@ async def test_finish_right_after_a_background_script_ended_is_refused_until_its
         finish_after_the_script_ended,
         finish_again,
     )
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("migrate")
 
@@ -98,7 +90,7 @@ async def test_finish_in_the_same_reply_as_a_script_is_refused_because_its_resul
         Reply(calls=[("run_python", {"code": "delete_rows()"}), ("finish", {"summary": "done"})]),
         Reply(calls=[("finish", {"summary": "done, checked"})]),
     )
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("clean up")
 
@@ -125,7 +117,7 @@ async def test_a_background_script_that_ends_reaches_the_model_at_the_next_step(
         end_the_script,
         Reply(text="Read it."),
     )
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("crawl")
 
@@ -149,7 +141,7 @@ async def test_cancel_script_stops_a_background_script_and_shows_its_result(
         Reply(calls=[("cancel_script", {"script_id": "s1"})]),
         Reply(calls=[("finish", {"summary": "cancelled it"})]),
     )
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("go")
 
@@ -165,7 +157,7 @@ async def test_a_background_script_still_running_when_the_turn_ends_is_cancelled
         Reply(calls=[("run_python", {"code": "await forever()", "background": True})]),
         Reply(text="I will stop here."),
     )
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("go")
 

@@ -7,10 +7,10 @@ from typing import Literal
 
 import pytest
 
-from toolscript.agent import Agent, AgentEvent
+from toolscript.agent import AgentEvent
 
 from .fake_runtime import FakeResult, FakeRuntime
-from .helpers import KEY, control, said_to_model
+from .helpers import agent_for, said_to_model
 from .standins import Reply, StandIn
 
 pytestmark = pytest.mark.timeout(20)
@@ -23,7 +23,7 @@ async def test_a_stream_cut_before_its_terminal_event_ends_truncated_without_run
     standin.queue(
         Reply(text="Running it.", calls=[("run_python", {"code": "send_payment()"})], cut=cut)
     )
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("pay")
 
@@ -42,7 +42,7 @@ async def test_an_abort_on_the_first_content_chunk_ends_the_turn_aborted(
 ) -> None:
     never = asyncio.Event()
     standin.queue(Reply(text="Thinking about it", hold=never))
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
     task = asyncio.create_task(agent.run("go"))
 
     await asyncio.wait_for(standin.first_content_sent.wait(), 10)
@@ -64,14 +64,7 @@ async def test_an_abort_after_the_model_ended_its_turn_keeps_end_turn(
         if event.kind == "reply":
             cancels.append(task.cancel())
 
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(),
-        on_event=abort_when_the_reply_is_in,
-    )
+    agent = agent_for(standin, fake, on_event=abort_when_the_reply_is_in)
     task = asyncio.create_task(agent.run("go"))
 
     turn = await asyncio.wait_for(task, 10)
@@ -90,14 +83,7 @@ async def test_an_abort_after_a_stream_that_did_not_end_the_turn_is_an_abort(
         if event.kind == "reply":
             cancels.append(task.cancel())
 
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(),
-        on_event=abort_when_the_reply_is_in,
-    )
+    agent = agent_for(standin, fake, on_event=abort_when_the_reply_is_in)
     task = asyncio.create_task(agent.run("go"))
 
     turn = await asyncio.wait_for(task, 10)
@@ -120,7 +106,7 @@ async def test_an_abort_while_a_script_runs_says_the_script_was_cancelled_with_t
 
     fake.the_shell.behaviours["work()"] = long_script
     standin.queue(Reply(calls=[("run_python", {"code": "work()"})]))
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
     task = asyncio.create_task(agent.run("go"))
 
     await asyncio.wait_for(started.wait(), 10)
@@ -135,13 +121,7 @@ async def test_a_lifetime_timeout_ends_a_turn_whose_model_stalls(
     standin: StandIn, fake: FakeRuntime
 ) -> None:
     standin.queue(Reply(text="Let me think", hold=asyncio.Event()))
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(request_timeout=30.0, lifetime_timeout=0.5),
-    )
+    agent = agent_for(standin, fake, request_timeout=30.0, lifetime_timeout=0.5)
 
     turn = await asyncio.wait_for(agent.run("go"), 10)
 
@@ -155,13 +135,7 @@ async def test_a_lifetime_timeout_that_passes_during_a_script_stops_the_script_a
 ) -> None:
     fake.the_shell.gate("wait_forever()", asyncio.Event())
     standin.queue(Reply(calls=[("run_python", {"code": "wait_forever()"})]))
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(lifetime_timeout=1.0),
-    )
+    agent = agent_for(standin, fake, lifetime_timeout=1.0)
 
     turn = await asyncio.wait_for(agent.run("go"), 10)
 
@@ -177,13 +151,7 @@ async def test_a_request_timeout_ends_the_turn_without_a_retry(
     standin: StandIn, fake: FakeRuntime
 ) -> None:
     standin.queue(Reply(text="Let me think", hold=asyncio.Event()))
-    agent = Agent(
-        standin.model,
-        fake,
-        base_url=standin.base_url,
-        api_key=KEY,
-        control=control(request_timeout=0.5, lifetime_timeout=30.0),
-    )
+    agent = agent_for(standin, fake, request_timeout=0.5, lifetime_timeout=30.0)
 
     turn = await asyncio.wait_for(agent.run("go"), 10)
 
@@ -196,7 +164,7 @@ async def test_a_rate_limit_before_any_output_is_retried(
     standin: StandIn, fake: FakeRuntime
 ) -> None:
     standin.queue(Reply(status=429, retry_after="0"), Reply(text="Here."))
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("go")
 
@@ -210,7 +178,7 @@ async def test_an_error_after_output_streamed_is_not_retried(
 ) -> None:
     error_type = "overloaded_error" if standin.provider == "anthropic" else "server_error"
     standin.queue(Reply(text="Partial answer", error_type=error_type), Reply(text="never"))
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("go")
 
@@ -222,7 +190,7 @@ async def test_a_request_the_api_refuses_is_not_retried(
     standin: StandIn, fake: FakeRuntime
 ) -> None:
     standin.queue(Reply(status=400), Reply(text="never"))
-    agent = Agent(standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control())
+    agent = agent_for(standin, fake)
 
     turn = await agent.run("go")
 
@@ -235,9 +203,7 @@ async def test_the_step_cap_ends_the_turn_before_the_next_request(
     standin: StandIn, fake: FakeRuntime
 ) -> None:
     standin.queue(Reply(calls=[("run_python", {"code": "x = 1"})]), Reply(text="never"))
-    agent = Agent(
-        standin.model, fake, base_url=standin.base_url, api_key=KEY, control=control(max_steps=1)
-    )
+    agent = agent_for(standin, fake, max_steps=1)
 
     turn = await agent.run("go")
 

@@ -167,8 +167,10 @@ class Agent:
                 return await asyncio.shield(inner)
             except asyncio.CancelledError:
                 current = asyncio.current_task()
-                if current is not None:
+                if current is not None and current.cancelling():
                     current.uncancel()
+                if inner.cancelled():
+                    return turn.ending(_Stop("aborted", "the caller cancelled the turn"))
                 if inner.done():
                     return inner.result()
                 if turn.stop is None:
@@ -250,9 +252,14 @@ class _TurnRun:
         except Exception as err:
             self.stop = _Stop("error", f"the loop failed: {type(err).__name__}: {err}")
         await self.clean_up()
+        return self.ending(self.stop)
+
+    def ending(self, stop: _Stop) -> Turn:
+        """The `Turn` for `stop`, with the last words of the transcript written."""
+        self.stop = stop
         if self.outbox is not None:
             self.record(ToolResults(tuple(self.outbox)).to_dict() | {"sent": False})
-        stop = self.stop
+            self.outbox = None
         self.record({"role": "stop", "stop_reason": stop.reason, "error": stop.error})
         self.emit("turn_ended", stop_reason=stop.reason, error=stop.error)
         return Turn(

@@ -8,12 +8,14 @@ decides the turn's stop reason; it reports what the stream did (`ModelReply.comp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from ..conversation import ActionTool, Message, ModelReply, StreamProgress
 
 PROVIDERS = ("anthropic", "openai")
+
+T = TypeVar("T")
 
 SDK_TIMEOUT_MARGIN = 5.0
 """The SDK's own timeout is looser than the loop's deadline, so the loop's always fires first."""
@@ -85,6 +87,52 @@ def status_error(
         status=status,
         retry_after=retry_after,
     )
+
+
+async def send(request: Awaitable[T], request_error: Callable[[Exception], ModelError]) -> T:
+    """Await the SDK call that opens a stream; any failure becomes a `ModelError`."""
+    try:
+        return await request
+    except Exception as err:
+        raise request_error(err) from err
+
+
+def could_not_send(err: Exception, connection_error: type[Exception]) -> ModelError:
+    """The `ModelError` for a request that failed without an HTTP status: a failed
+    connection may be retried, anything else (no credentials, a bad argument) not."""
+    if isinstance(err, connection_error):
+        return ModelError(f"could not reach the model API: {err}", retryable=True)
+    return ModelError(
+        f"could not send the model request: {type(err).__name__}: {err}", retryable=False
+    )
+
+
+async def read_to_end(
+    events: AsyncIterator[Any],
+    take: Callable[[Any], None],
+    stream_error: Callable[[Exception], ModelError | None],
+    reply: ModelReply,
+) -> None:
+    """Feed each item of `events` to `take` until the stream ends.
+
+    An exception while reading is turned by `stream_error` into a `ModelError` (raised: the
+    API said something went wrong), or, when it returns `None`, means the connection broke:
+    the reply is marked `broken` unless its terminal event had already come.
+    """
+    iterator = events.__aiter__()
+    while True:
+        try:
+            item = await iterator.__anext__()
+        except StopAsyncIteration:
+            return
+        except Exception as err:
+            error = stream_error(err)
+            if error is not None:
+                raise error from err
+            if not reply.complete:
+                reply.broken = f"the connection broke mid-stream ({type(err).__name__}: {err})"
+            return
+        take(item)
 
 
 def split_model(model: str) -> tuple[str, str]:

@@ -25,7 +25,14 @@ from ..conversation import (
     ToolResults,
     UserText,
 )
-from . import SDK_TIMEOUT_MARGIN, ModelError, status_error
+from . import (
+    SDK_TIMEOUT_MARGIN,
+    ModelError,
+    could_not_send,
+    read_to_end,
+    send,
+    status_error,
+)
 
 
 @dataclass(slots=True)
@@ -116,38 +123,23 @@ class AnthropicProvider:
         progress: StreamProgress,
     ) -> ModelReply:
         """Send one request and read its events to the end (see `Provider.stream`)."""
-        try:
-            events = await self._client.messages.create(
+        events = await send(
+            self._client.messages.create(
                 model=self.model,
                 max_tokens=self.max_tokens,
                 system=system,
                 messages=cast(Any, wire_messages(history)),
                 tools=cast(Any, wire_tools(tools)),
                 stream=True,
-            )
-        except anthropic.APIStatusError as err:
-            raise _status_error(err) from err
-        except anthropic.APIConnectionError as err:
-            raise ModelError(f"could not reach the model API: {err}", retryable=True) from err
-        except Exception as err:
-            raise ModelError(
-                f"could not send the model request: {type(err).__name__}: {err}", retryable=False
-            ) from err
+            ),
+            _request_error,
+        )
         reply = ModelReply()
         blocks: dict[int, _Block] = {}
         try:
-            iterator = events.__aiter__()
-            while True:
-                try:
-                    event = await iterator.__anext__()
-                except StopAsyncIteration:
-                    break
-                except anthropic.APIStatusError as err:
-                    raise _status_error(err) from err
-                except Exception as err:
-                    reply.broken = f"the connection broke mid-stream ({type(err).__name__}: {err})"
-                    break
-                _take(event, reply, blocks, progress)
+            await read_to_end(
+                events, lambda event: _take(event, reply, blocks, progress), _stream_error, reply
+            )
         finally:
             await events.close()
         reply.text = "".join("".join(b.parts) for b in blocks.values() if b.kind == "text")
@@ -161,13 +153,21 @@ class AnthropicProvider:
         return reply
 
 
-def _status_error(err: anthropic.APIStatusError) -> ModelError:
-    return status_error(
-        err.api_message or str(err),
-        err.status_code,
-        err.type,
-        err.response.headers.get("retry-after"),
-    )
+def _request_error(err: Exception) -> ModelError:
+    return _stream_error(err) or could_not_send(err, anthropic.APIConnectionError)
+
+
+def _stream_error(err: Exception) -> ModelError | None:
+    """An API error (an HTTP status, or an `error` event in the stream), else `None`: the SDK
+    lets transport errors while reading the body through as they are."""
+    if isinstance(err, anthropic.APIStatusError):
+        return status_error(
+            err.api_message or str(err),
+            err.status_code,
+            err.type,
+            err.response.headers.get("retry-after"),
+        )
+    return None
 
 
 def _take(

@@ -27,7 +27,14 @@ from ..conversation import (
     ToolCall,
     UserText,
 )
-from . import SDK_TIMEOUT_MARGIN, ModelError, status_error
+from . import (
+    SDK_TIMEOUT_MARGIN,
+    ModelError,
+    could_not_send,
+    read_to_end,
+    send,
+    status_error,
+)
 
 LOCAL_SERVER_KEY = "not-needed"
 """Sent as the key to a `base_url` server when no key is configured (local servers ignore it)."""
@@ -53,7 +60,10 @@ def wire_messages(system: str, history: Sequence[Message]) -> list[dict[str, Any
                     {
                         "id": call.id,
                         "type": "function",
-                        "function": {"name": call.name, "arguments": call.raw_arguments},
+                        "function": {
+                            "name": call.name,
+                            "arguments": call.raw_arguments if call.arguments is not None else "{}",
+                        },
                     }
                     for call in message.tool_calls
                 ]
@@ -116,44 +126,25 @@ class OpenAIProvider:
         progress: StreamProgress,
     ) -> ModelReply:
         """Send one request and read its chunks to the end (see `Provider.stream`)."""
-        try:
-            chunks = await self._client.chat.completions.create(
+        chunks = await send(
+            self._client.chat.completions.create(
                 model=self.model,
                 messages=cast(Any, wire_messages(system, history)),
                 tools=cast(Any, wire_tools(tools)),
                 stream=True,
-            )
-        except openai.APIStatusError as err:
-            raise _status_error(err) from err
-        except openai.APIConnectionError as err:
-            raise ModelError(f"could not reach the model API: {err}", retryable=True) from err
-        except Exception as err:
-            raise ModelError(
-                f"could not send the model request: {type(err).__name__}: {err}", retryable=False
-            ) from err
+            ),
+            _request_error,
+        )
         reply = ModelReply()
         text: list[str] = []
         calls: dict[int, _PartialCall] = {}
+
+        def take(chunk: Any) -> None:
+            for choice in chunk.choices[:1]:
+                _take(choice, reply, text, calls, progress)
+
         try:
-            iterator = chunks.__aiter__()
-            while True:
-                try:
-                    chunk = await iterator.__anext__()
-                except StopAsyncIteration:
-                    break
-                except openai.APIStatusError as err:
-                    raise _status_error(err) from err
-                except openai.APIConnectionError as err:
-                    if not reply.complete:
-                        reply.broken = f"the connection broke mid-stream ({err.__cause__ or err})"
-                    break
-                except openai.APIError as err:
-                    raise ModelError(
-                        f"the model API sent an error in the stream: {err.message}",
-                        retryable=_error_type(err.body) in {"server_error", "rate_limit_error"},
-                    ) from err
-                for choice in chunk.choices[:1]:
-                    _take(choice, reply, text, calls, progress)
+            await read_to_end(chunks, take, _stream_error, reply)
         finally:
             await chunks.close()
         reply.text = "".join(text)
@@ -166,13 +157,26 @@ class OpenAIProvider:
         return reply
 
 
-def _status_error(err: openai.APIStatusError) -> ModelError:
-    return status_error(
-        err.message,
-        err.status_code,
-        _error_type(err.body),
-        err.response.headers.get("retry-after"),
-    )
+def _request_error(err: Exception) -> ModelError:
+    return _stream_error(err) or could_not_send(err, openai.APIConnectionError)
+
+
+def _stream_error(err: Exception) -> ModelError | None:
+    """An API error (an HTTP status, or an error object in the stream), else `None`: the SDK
+    wraps a connection that breaks while reading as `APIConnectionError`."""
+    if isinstance(err, openai.APIStatusError):
+        return status_error(
+            err.message,
+            err.status_code,
+            _error_type(err.body),
+            err.response.headers.get("retry-after"),
+        )
+    if isinstance(err, openai.APIError) and not isinstance(err, openai.APIConnectionError):
+        return ModelError(
+            f"the model API sent an error in the stream: {err.message}",
+            retryable=_error_type(err.body) in {"server_error", "rate_limit_error"},
+        )
+    return None
 
 
 def _error_type(body: object) -> str | None:
