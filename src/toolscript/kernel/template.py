@@ -1,0 +1,190 @@
+"""The template: a warm interpreter that forks new kernels in a few milliseconds.
+
+Starting a kernel costs a Python start-up and `import asyncio` (~95 ms on two cores), and
+every module a user wants preloaded (pandas: seconds) on top. The template pays that once:
+it imports the kernel and the caller's `preload` modules, then waits for requests on its
+control socket. Each request brings, as passed file descriptors, the new kernel's channel
+and the write ends of its stdout and stderr pipes; the template forks, and the child becomes
+a kernel with those as its channel and its fd 1 and 2.
+
+Fork safety. Goal: a forked child must not inherit a lock that another thread held at the
+fork. What fails: forking a process with Python threads (a thread may hold the import lock,
+a logging lock, a buffered stream's lock). What we do: the template runs no threads of its
+own and no event loop, holds no wire or journal state, and after the preload checks that no
+Python thread was started; if one was, it says so in `ready` and the host does not use it.
+Native threads started by libraries at import (OpenBLAS's pool) register their own fork
+handlers and are not counted.
+
+The template reaps its children and reports each exit status to the host, which is how the
+host learns how a forked kernel ended. The control socket is a SOCK_SEQPACKET pair: one
+message is one request (with its file descriptors) or one report, so no framing is needed.
+"""
+
+from __future__ import annotations
+
+import array
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+from typing import Any
+
+from .__main__ import apply_limits
+
+_MAX_MESSAGE = 1 << 16
+
+
+def main(argv: list[str]) -> None:
+    control = socket.socket(fileno=int(argv[0]))
+    config: dict[str, Any] = json.loads(argv[1]) if len(argv) > 1 else {}
+    from . import runner  # noqa: F401 - imported now so every child has it loaded
+
+    preloaded: list[str] = []
+    failures: list[list[str]] = []
+    for name in config.get("preload", []):
+        try:
+            importlib.import_module(str(name))
+            preloaded.append(str(name))
+        except BaseException as error:  # a preload failure is reported, not fatal
+            failures.append([str(name), f"{type(error).__name__}: {error}"])
+    threads = [
+        thread.name for thread in threading.enumerate() if thread is not threading.main_thread()
+    ]
+    _send(
+        control,
+        {
+            "t": "ready",
+            "pid": os.getpid(),
+            "python": sys.version.split()[0],
+            "preloaded": preloaded,
+            "failures": failures,
+            "threads": threads,
+        },
+    )
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is control:
+                request, fds = _receive(control)
+                if request is None:
+                    os._exit(0)  # the host is gone: so are we (children live on alone)
+                _fork(control, request, fds, (wake_read, wake_write))
+            else:
+                try:
+                    os.read(wake_read, 4096)
+                except BlockingIOError:
+                    pass
+        _reap(control)
+
+
+def _receive(control: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    fds = array.array("i")
+    data, ancillary, _flags, _address = control.recvmsg(
+        _MAX_MESSAGE, socket.CMSG_SPACE(3 * fds.itemsize)
+    )
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+    if not data:
+        return None, []
+    try:
+        request = json.loads(data)
+    except ValueError:
+        request = None
+    if not isinstance(request, dict):
+        for fd in fds:
+            os.close(fd)
+        os._exit(70)  # the host is broken
+    return request, list(fds)
+
+
+def _fork(
+    control: socket.socket, request: dict[str, Any], fds: list[int], wake: tuple[int, int]
+) -> None:
+    if len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        _send(control, {"t": "forked", "id": request.get("id"), "error": "expected 3 fds"})
+        return
+    channel, out, err = fds
+    try:
+        pid = os.fork()
+    except OSError as error:
+        for fd in fds:
+            os.close(fd)
+        _send(control, {"t": "forked", "id": request.get("id"), "error": str(error)})
+        return
+    if pid == 0:
+        try:
+            _become_kernel(control, request, channel, out, err, wake)
+        finally:
+            os._exit(70)
+    for fd in fds:
+        os.close(fd)
+    _send(control, {"t": "forked", "id": request.get("id"), "pid": pid})
+
+
+def _become_kernel(
+    control: socket.socket,
+    request: dict[str, Any],
+    channel: int,
+    out: int,
+    err: int,
+    wake: tuple[int, int],
+) -> None:
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    control.close()
+    for fd in wake:
+        os.close(fd)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.close(out)
+    os.close(err)
+    cwd = request.get("cwd")
+    if cwd:
+        os.chdir(cwd)
+    env = request.get("env")
+    if isinstance(env, dict):
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in env.items()})
+    apply_limits(request.get("limits", {}))
+    from .runner import Kernel
+
+    Kernel(socket.socket(fileno=channel)).serve()
+
+
+def _reap(control: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        _send(control, {"t": "exited", "pid": pid, "returncode": code})
+
+
+def _send(control: socket.socket, message: dict[str, Any]) -> None:
+    try:
+        control.send(json.dumps(message).encode("ascii"))
+    except OSError:
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
