@@ -199,6 +199,15 @@ def _read_script(path: Path) -> str:
         raise typer.BadParameter(f"{path} is not UTF-8 text") from None
 
 
+def _register_agent() -> None:
+    from .agent.command import agent_command
+
+    app.command("agent")(agent_command)
+
+
+_register_agent()
+
+
 def main() -> None:
     """The console entry point."""
     app()
