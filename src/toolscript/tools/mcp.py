@@ -108,7 +108,8 @@ class MCPServer:
         self._restarts: deque[float] = deque()
         self._given_up: str | None = None
         self._log: TextIO | None = None
-        self._background: set[asyncio.Task[None]] = set()
+        self._restart: asyncio.Task[_Connection] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
         self._closed = False
 
     @property
@@ -185,10 +186,40 @@ class MCPServer:
 
     # --- connecting and restarting ------------------------------------------------------------
 
+    # Goal: a server that went away comes back for the next call, however slowly it starts.
+    # What fails: restarting inside the call that found it gone ties the restart to that call;
+    # when the call's tool timeout passes first, the restart is cancelled with it, the next
+    # call starts another, and a server that starts slower than the tool timeout is restarted
+    # by every call until it counts as "keeps dying", though it never died again.
+    # What we do: the restart runs in a task of the server's own, bounded by `startup_timeout`;
+    # the calls that need it share it and wait for it shielded, so giving up on a call never
+    # stops the restart. Only closing the server does.
     async def _connected(self) -> _Connection:
         connection = self._connection
         if connection is not None and not connection.gone.is_set():
             return connection
+        restart = self._restart
+        if restart is None or restart.done():
+            restart = asyncio.get_running_loop().create_task(
+                self._reconnect(), name=f"mcp-restart:{self.name}"
+            )
+            restart.add_done_callback(_retrieve)
+            self._restart = restart
+            self._background.add(restart)
+            restart.add_done_callback(self._background.discard)
+        return await asyncio.shield(restart)
+
+    async def _reconnect(self) -> _Connection:
+        try:
+            return await self._reconnect_once()
+        except asyncio.CancelledError:
+            if self._closed:  # cancelled by `aclose`: the waiting calls get a reason, not a cancel
+                raise ToolFailure(
+                    f"MCP server {self.name!r} was closed while it restarted."
+                ) from None
+            raise
+
+    async def _reconnect_once(self) -> _Connection:
         async with self._connecting:
             connection = self._connection
             if connection is not None and not connection.gone.is_set():
@@ -588,6 +619,12 @@ class _Connection:
             pass
         finally:
             self.gone.set()
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark a background task's exception as seen; the calls that awaited it have it already."""
+    if not task.cancelled():
+        task.exception()
 
 
 class _Cancelled(Exception):
