@@ -357,6 +357,11 @@ class Interpreter:
             self._handle(messages)
         except (wire.FrameError, ValueError, KeyError, TypeError) as error:
             self._broke(str(error))
+        except Exception as error:
+            # Any other failure on an untrusted frame (an ack too short to index, ...) is
+            # the kernel's fault too; let through, it would close the channel from inside
+            # asyncio and be misreported as a channel the kernel closed.
+            self._broke(f"a frame the host could not handle ({type(error).__name__}: {error})")
 
     def _handle(self, messages: list[dict[str, Any]]) -> None:
         calls: list[dict[str, Any]] = []
