@@ -192,8 +192,6 @@ class CallLedger:
         self._between = _Tally()
         tally.made_before_start = tally.made
         tally.made = 0
-        for call in tally.open.values():
-            call.before_start = True
         self._script = script_id
         self._tally = tally
 
@@ -220,6 +218,9 @@ class CallLedger:
             call = _Call(f"{self._prefix}.{n}", tool, args_brief, script_id)
             self._calls[n] = call
             tally = self._tally_for(call)
+            # Made while no script ran: the next script's report lists it as made before it
+            # started, even if its fate is settled (seen) before that script begins.
+            call.before_start = tally is self._between
             tally.made += 1
             tally.open[n] = call
             starts.append(
