@@ -44,7 +44,16 @@ ToolError.__module__ = ToolTimeout.__module__ = "tools"
 
 
 class _Call:
-    __slots__ = ("arrived", "deadline", "future", "held_by_task", "loop", "n", "timed_out")
+    __slots__ = (
+        "arrived",
+        "deadline",
+        "future",
+        "held_by_task",
+        "loop",
+        "n",
+        "stopped",
+        "timed_out",
+    )
 
     def __init__(self, n: int, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]):
         self.n = n
@@ -53,6 +62,7 @@ class _Call:
         self.arrived = False
         self.timed_out = False
         self.held_by_task = False
+        self.stopped = False
         self.deadline: float | None = None
 
 
@@ -116,6 +126,7 @@ class CallTable:
         self._numbers = itertools.count(1)
         self._waiting: dict[int, _Call] = {}
         self._acks: list[list[Any]] = []
+        self._other_loops = threading.Lock()
         self.tool_qualnames: frozenset[str] = frozenset()
         self.never_awaited: list[str] = []
         self._original_unawaited = getattr(warnings, "_warn_unawaited_coroutine", None)
@@ -169,6 +180,8 @@ class CallTable:
             answer = await future
         except asyncio.CancelledError:
             self._waiting.pop(n, None)
+            if call.stopped:
+                raise  # `cancel_waiting` already told the host
             if call.timed_out:
                 self._unwaited(call, "timeout")
                 raise ToolTimeout(
@@ -217,6 +230,15 @@ class CallTable:
                 self._unwaited(call, "cancelled")
 
     def _deliver(self, call: _Call, answer: dict[str, Any]) -> None:
+        if call.loop is not self._loop:
+            with self._other_loops:
+                if call.stopped:
+                    return  # the stop came first, and the host was told so
+                self._hand_over(call, answer)
+        else:
+            self._hand_over(call, answer)
+
+    def _hand_over(self, call: _Call, answer: dict[str, Any]) -> None:
         if call.future.done():
             return
         if call.deadline is not None and call.loop.time() >= call.deadline:
@@ -247,10 +269,24 @@ class CallTable:
             self._post(encode({"t": "ack", "acks": acks}))
 
     def cancel_waiting(self) -> None:
-        """Wake every call still waiting on another thread's loop after a stop."""
+        """Wake every call still waiting on another thread's loop after a stop.
+
+        Goal: such a call is told `stopped` like one on the script's own loop, before the
+        script's `done` goes out. What fails: leaving it to the thread, whose acknowledgement
+        is posted whenever that thread gets to run, often after `done`, when the host has
+        already settled the call without a cause. What we do: tell the host here, on the
+        kernel's thread, and mark the call so that neither the thread's own cancellation path
+        nor an answer arriving after this point can say anything else about it.
+        """
         for call in list(self._waiting.values()):
-            if call.loop is not self._loop and not call.loop.is_closed():
-                call.loop.call_soon_threadsafe(call.future.cancel)
+            if call.loop is self._loop or call.loop.is_closed():
+                continue
+            with self._other_loops:
+                if call.future.done() or call.stopped:
+                    continue  # its answer was handed over first: its code says what it did
+                call.stopped = True
+            self._unwaited(call, "stopped")
+            call.loop.call_soon_threadsafe(call.future.cancel)
 
     # -- calls that never ran ----------------------------------------------------------------
 
