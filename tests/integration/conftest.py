@@ -74,3 +74,19 @@ async def value_of(rt: Runtime, code: str, *, time_limit: float = 10.0) -> Any:
     assert result.status == "ok", result.text
     assert result.value is not None, result.text
     return ast.literal_eval(result.value)
+
+
+async def error_of(rt: Runtime, call: str, error: str = "ToolError") -> tuple[str, ScriptResult]:
+    """Run a script that awaits `call` and catches `error`: the error's message, and the result.
+
+    Fails the test when the script does not end `ok` or the call does not raise `error`.
+    """
+    code = (
+        f"try:\n    await {call}\nexcept {error} as caught:\n    message = str(caught)\n"
+        "else:\n    message = None\nmessage"
+    )
+    result = await run(rt, code)
+    assert result.status == "ok", result.text
+    message = ast.literal_eval(result.value or "None")
+    assert isinstance(message, str), f"`await {call}` did not raise {error}:\n{result.text}"
+    return message, result

@@ -23,7 +23,7 @@ import pytest_asyncio
 from toolscript import Runtime, ToolSpec, tool
 from toolscript.tools.spec import ToolOutcome
 
-from .conftest import broken_servers, http_demo, run, stdio_demo, value_of
+from .conftest import broken_servers, error_of, http_demo, run, stdio_demo, value_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -250,16 +250,8 @@ blocks = await demo.mixed()
 async def test_a_tool_error_raises_tool_error_with_the_servers_message_and_can_be_caught(
     rt: Runtime, server: str
 ) -> None:
-    code = f"""
-try:
-    await {server}.fail(message="access denied to /etc")
-except ToolError as error:
-    caught = (type(error).__name__, str(error))
-caught
-"""
-    result = await run(rt, code)
-    assert result.status == "ok", result.text
-    assert result.value == repr(("ToolError", "access denied to /etc"))
+    message, result = await error_of(rt, f"{server}.fail(message='access denied to /etc')")
+    assert message == "access denied to /etc"
     [record] = result.calls.records
     assert (record.tool, record.fate, record.is_error) == (f"{server}/fail", "seen", True)
 
@@ -310,16 +302,8 @@ await get_sum(
 async def test_an_argument_that_does_not_fit_the_schema_is_refused_naming_it(
     rt: Runtime,
 ) -> None:
-    code = """
-try:
-    await demo.add(a="two", b=2)
-except ToolError as error:
-    message = str(error)
-message
-"""
-    result = await run(rt, code)
-    assert result.status == "ok", result.text
-    assert result.value == repr("demo/add: argument 'a' must be of type integer, got 'two'")
+    message, result = await error_of(rt, "demo.add(a='two', b=2)")
+    assert message == "demo/add: argument 'a' must be of type integer, got 'two'"
     [record] = result.calls.records
     assert (record.fate, record.cause) == ("refused", None)
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from toolscript import Runtime, ToolSpec, tool
 from toolscript.tools.spec import ToolOutcome
 
-from .conftest import run, value_of
+from .conftest import error_of, run, value_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -140,14 +140,7 @@ async def test_pydantic_typed_parameters_reach_the_function_as_models(rt: Runtim
 
 
 async def test_a_model_argument_that_does_not_fit_is_refused_naming_where(rt: Runtime) -> None:
-    code = """
-try:
-    await distance(a={'x': 0, 'y': 0}, b={'x': 'three', 'y': 4})
-except ToolError as error:
-    message = str(error)
-message
-"""
-    message = await value_of(rt, code)
+    message, _ = await error_of(rt, "distance(a={'x': 0, 'y': 0}, b={'x': 'three', 'y': 4})")
     assert message.startswith("distance: argument 'b' at ['x'] must be of type integer")
     assert received == []
 
@@ -165,16 +158,8 @@ released
 async def test_an_exception_in_a_tool_raises_tool_error_with_its_type_and_message(
     rt: Runtime,
 ) -> None:
-    code = """
-try:
-    await explode(how="full")
-except ToolError as error:
-    message = str(error)
-message
-"""
-    result = await run(rt, code)
-    assert result.status == "ok", result.text
-    assert result.value == repr("ValueError: the disk is full")
+    message, result = await error_of(rt, "explode(how='full')")
+    assert message == "ValueError: the disk is full"
     [record] = result.calls.records
     assert (record.tool, record.fate, record.is_error) == ("explode", "seen", True)
 
@@ -182,16 +167,8 @@ message
 async def test_an_invalid_call_is_refused_without_running_the_tool_naming_the_argument(
     rt: Runtime,
 ) -> None:
-    code = """
-try:
-    await count(n="seven")
-except ToolError as error:
-    message = str(error)
-message
-"""
-    result = await run(rt, code)
-    assert result.status == "ok", result.text
-    assert result.value == repr("count: argument 'n' must be of type integer, got 'seven'")
+    message, result = await error_of(rt, "count(n='seven')")
+    assert message == "count: argument 'n' must be of type integer, got 'seven'"
     assert received == []
     [record] = result.calls.records
     assert (record.fate, record.is_error) == ("refused", True)
@@ -201,15 +178,8 @@ message
 async def test_an_unknown_keyword_is_a_type_error_in_the_script_and_nothing_is_sent(
     rt: Runtime,
 ) -> None:
-    code = """
-try:
-    await count(m=1)
-except TypeError as error:
-    message = str(error)
-message
-"""
-    result = await run(rt, code)
-    assert result.value == repr("count() got an unexpected keyword argument 'm'")
+    message, result = await error_of(rt, "count(m=1)", "TypeError")
+    assert message == "count() got an unexpected keyword argument 'm'"
     assert result.calls.made == 0
     assert received == []
 
@@ -243,14 +213,7 @@ async def test_a_tool_that_cannot_be_bound_is_named_with_why_and_the_others_work
 async def test_a_tool_whose_schema_is_broken_is_bound_and_its_calls_are_refused_saying_why(
     rt: Runtime,
 ) -> None:
-    code = """
-try:
-    await legacy(x=1)
-except ToolError as error:
-    message = str(error)
-message
-"""
-    message = await value_of(rt, code)
+    message, _ = await error_of(rt, "legacy(x=1)")
     assert message.startswith("legacy: the tool's input schema is broken (")
     assert message.endswith("so its arguments cannot be checked")
     assert received == []
