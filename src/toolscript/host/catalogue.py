@@ -41,11 +41,12 @@ class ToolCatalogue:
     """Specs by key, with their validators and binding plans."""
 
     def __init__(self, specs: Iterable[ToolSpec], default_timeout: float | None) -> None:
+        every = list(specs)
         self._specs: dict[str, ToolSpec] = {}
-        for spec in specs:
-            self._specs[spec.key] = spec
+        for spec in every:
+            self._specs.setdefault(spec.key, spec)  # a repeated key: the planner names it
         self.default_timeout = default_timeout
-        self.plans: list[dict[str, Any]] = plans_for(list(self._specs.values()))
+        self.plans: list[dict[str, Any]] = plans_for(every)
         plans = {str(plan.get("key")): plan for plan in self.plans}
         self._validators = {
             key: ArgumentValidator(spec.input_schema, plans.get(key))

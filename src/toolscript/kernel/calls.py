@@ -18,11 +18,13 @@ Acknowledgements are batched with every other outgoing frame, once per loop iter
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Callable
 from types import CoroutineType
 from typing import Any
@@ -129,6 +131,8 @@ class CallTable:
         self._other_loops = threading.Lock()
         self.tool_qualnames: frozenset[str] = frozenset()
         self.never_awaited: list[str] = []
+        self._told_alive: dict[int, weakref.ref[Any]] = {}
+        self._told_dead: set[int] = set()
         self._original_unawaited = getattr(warnings, "_warn_unawaited_coroutine", None)
         warnings._warn_unawaited_coroutine = self._on_unawaited  # type: ignore[attr-defined]
 
@@ -293,22 +297,41 @@ class CallTable:
     def _on_unawaited(self, coroutine: Any) -> None:
         name = getattr(coroutine, "__qualname__", None)
         if name in self.tool_qualnames:
-            self.never_awaited.append(name)
+            if id(coroutine) in self._told_dead:
+                self._told_dead.discard(id(coroutine))  # reported already, while it lived
+            else:
+                self.never_awaited.append(name)
         elif self._original_unawaited is not None:
             self._original_unawaited(coroutine)
 
-    def take_never_awaited(self, namespace: dict[str, Any]) -> list[str]:
-        """Tool calls created but never awaited: dropped ones, and ones left in variables."""
+    def take_never_awaited(
+        self, namespace: dict[str, Any], also: tuple[Any, ...] = ()
+    ) -> list[str]:
+        """Tool calls created but never awaited: dropped ones, and ones left in variables.
+
+        Each is told once. One left in a variable is told at the end of the script that left
+        it there, and not again when it is finally dropped: a weak reference's callback (run
+        just before Python warns about the dropped coroutine) remembers that it was told.
+        """
         found = self.never_awaited
         self.never_awaited = []
-        for value in list(namespace.values()):
+        for value in (*namespace.values(), *also):
             if (
                 type(value) is CoroutineType
                 and value.__qualname__ in self.tool_qualnames
                 and inspect.getcoroutinestate(value) == inspect.CORO_CREATED
             ):
+                told = self._told_alive.get(id(value))
+                if told is not None and told() is value:
+                    continue
+                key = id(value)
+                self._told_alive[key] = weakref.ref(value, functools.partial(self._forget, key))
                 found.append(value.__qualname__)
         return found
+
+    def _forget(self, key: int, _reference: object) -> None:
+        self._told_alive.pop(key, None)
+        self._told_dead.add(key)
 
 
 _MAIN_THREAD = threading.main_thread().ident

@@ -64,7 +64,7 @@ class _WatchedSelector(selectors.DefaultSelector):
 
 
 class _Script:
-    __slots__ = ("finished", "id", "marker", "stop_reason", "task")
+    __slots__ = ("finished", "id", "marker", "stop_reason", "task", "value")
 
     def __init__(self, script_id: str, marker: str) -> None:
         self.id = script_id
@@ -72,6 +72,7 @@ class _Script:
         self.task: asyncio.Task[Any] | None = None
         self.stop_reason: str | None = None
         self.finished = False
+        self.value: Any = None
 
 
 class Kernel:
@@ -181,7 +182,8 @@ class Kernel:
         elif task.cancelled():
             report = {"status": "error", "error": "The script's own task was cancelled."}
         elif error is None:
-            report = {"status": "ok", "value": _safe_repr(task.result())}
+            script.value = task.result()
+            report = {"status": "ok", "value": _safe_repr(script.value)}
         elif isinstance(error, SystemExit):
             code = error.code
             if code is None or code == 0:
@@ -220,7 +222,8 @@ class Kernel:
 
     def _finish(self, script: _Script, report: dict[str, Any]) -> None:
         script.finished = True
-        report["never_awaited"] = self.calls.take_never_awaited(self.namespace)
+        report["never_awaited"] = self.calls.take_never_awaited(self.namespace, (script.value,))
+        script.value = None
         report["t"] = "done"
         report["script"] = script.id
         self._mark_output(b"\x00" + script.marker.encode("ascii") + b"\x00")
