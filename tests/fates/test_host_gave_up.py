@@ -1,0 +1,125 @@
+"""`pending` because the host has no answer to give: `tool_timeout` and `source_gone`.
+
+The host gave up on the handler, or lost what was behind it. Neither says anything about the
+call's effect, so neither is ever reported as the tool's answer, error or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from toolscript import tool
+from toolscript.tools.spec import SourceGone, ToolOutcome, ToolSpec
+
+from .conftest import MakeRuntime, call_line
+
+
+def _never_answering_tool(entered: asyncio.Event, cancelled: asyncio.Event) -> Any:
+    @tool(timeout=0.2)
+    async def charge(amount: int) -> str:
+        """Charge a card; this one never answers in time."""
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "charged"
+
+    return charge
+
+
+@pytest.mark.timeout(20)
+async def test_a_handler_past_its_tool_timeout_is_cancelled_and_its_call_pending_tool_timeout(
+    make_runtime: MakeRuntime,
+) -> None:
+    entered, cancelled = asyncio.Event(), asyncio.Event()
+    runtime = await make_runtime(tools=[_never_answering_tool(entered, cancelled)])
+    code = (
+        "try:\n"
+        "    await charge(amount=5)\n"
+        "except ToolTimeout as error:\n"
+        "    print(type(error).__name__, isinstance(error, TimeoutError), error)\n"
+    )
+    result = await runtime.run(code)
+    assert result.status == "ok", result.text
+    assert entered.is_set() and cancelled.is_set()
+    assert result.stdout.startswith("ToolTimeout True charge did not answer within its timeout")
+    assert "may still take effect" in result.stdout
+    [record] = result.calls.records
+    assert (record.tool, record.args_brief) == ("charge", "amount=5")
+    assert (record.fate, record.cause) == ("pending", "tool_timeout")
+    # Never an answered error: no answer, no answer's start, not an error.
+    assert (record.answered_at, record.answer_brief, record.is_error) == (None, None, False)
+    assert result.calls.by_fate == {"pending": 1}
+    line = call_line(result.text, "charge", "amount=5")
+    assert "pending" in line and "the tool's timeout" in line and "may still take effect" in line
+    assert "error began" not in line
+    [uncertain] = runtime.journal.uncertain()
+    assert (uncertain.fate, uncertain.cause, uncertain.answered_at) == (
+        "pending",
+        "tool_timeout",
+        None,
+    )
+    assert uncertain.is_error is None
+
+
+@pytest.mark.timeout(20)
+async def test_a_host_tool_timeout_left_unhandled_fails_the_script_and_stays_pending(
+    make_runtime: MakeRuntime,
+) -> None:
+    entered, cancelled = asyncio.Event(), asyncio.Event()
+    runtime = await make_runtime(tools=[_never_answering_tool(entered, cancelled)])
+    result = await runtime.run("await charge(amount=7)")
+    assert result.status == "error", result.text
+    assert result.error is not None and "ToolTimeout" in result.error
+    [record] = result.calls.records
+    assert (record.fate, record.cause, record.is_error) == ("pending", "tool_timeout", False)
+
+
+def _gone_source_tool(entered: asyncio.Event) -> ToolSpec:
+    async def handler(args: dict[str, Any]) -> ToolOutcome:
+        entered.set()
+        raise SourceGone("the server process exited")
+
+    return ToolSpec(
+        name="create_issue",
+        description="Create an issue.",
+        input_schema={
+            "type": "object",
+            "properties": {"title": {"type": "string"}},
+            "required": ["title"],
+        },
+        handler=handler,
+        server="tracker",
+    )
+
+
+@pytest.mark.timeout(20)
+async def test_a_call_whose_source_died_in_flight_is_pending_source_gone_not_an_error_answer(
+    make_runtime: MakeRuntime,
+) -> None:
+    entered = asyncio.Event()
+    runtime = await make_runtime(tools=[_gone_source_tool(entered)])
+    code = (
+        "try:\n"
+        "    await tracker.create_issue(title='crash on save')\n"
+        "except ToolError as error:\n"
+        "    print(error)\n"
+    )
+    result = await runtime.run(code)
+    assert result.status == "ok", result.text
+    assert entered.is_set()
+    assert "the server behind this tool stopped" in result.stdout
+    assert "may have taken effect" in result.stdout
+    [record] = result.calls.records
+    assert record.tool == "tracker/create_issue"
+    assert (record.fate, record.cause) == ("pending", "source_gone")
+    assert (record.answered_at, record.answer_brief, record.is_error) == (None, None, False)
+    line = call_line(result.text, "tracker/create_issue", record.args_brief)
+    assert "the tool's server stopped" in line and "may still take effect" in line
+    [uncertain] = runtime.journal.uncertain()
+    assert (uncertain.fate, uncertain.cause) == ("pending", "source_gone")
