@@ -1,0 +1,74 @@
+"""`toolscript exec SCRIPT.py [--time-limit S] [--json]`: prints the result, exits 0 only on ok."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def toolscript_exec(tmp_path: Path, code: str, *options: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "script.py"
+    script.write_text(code)
+    env = {**os.environ, "TOOLSCRIPT_STATE": str(tmp_path / "state")}
+    return subprocess.run(
+        [sys.executable, "-m", "toolscript.cli", "exec", str(script), *options],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        cwd=tmp_path,
+    )
+
+
+@pytest.mark.timeout(40)
+def test_exec_prints_the_text_and_exits_zero_when_the_script_succeeds(tmp_path: Path) -> None:
+    done = toolscript_exec(tmp_path, "print('hello from the script')\n40 + 2\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("exit 0 · ok\n")
+    assert "hello from the script" in done.stdout and "42" in done.stdout
+
+
+@pytest.mark.timeout(40)
+def test_exec_exits_one_when_the_script_fails(tmp_path: Path) -> None:
+    done = toolscript_exec(tmp_path, "raise ValueError('it went wrong')\n")
+    assert done.returncode == 1
+    assert done.stdout.startswith("exit 1 · error\n")
+    assert "it went wrong" in done.stdout
+
+
+@pytest.mark.timeout(40)
+def test_exec_stops_the_script_at_the_time_limit_and_exits_one(tmp_path: Path) -> None:
+    done = toolscript_exec(tmp_path, "import time\ntime.sleep(60)\n", "--time-limit", "1")
+    assert done.returncode == 1
+    assert done.stdout.startswith("exit 1 · time_limit\n")
+
+
+@pytest.mark.timeout(40)
+def test_exec_json_prints_the_result_as_a_dict(tmp_path: Path) -> None:
+    done = toolscript_exec(tmp_path, "print('out')\n'value'\n", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["status"] == "ok" and data["exit_code"] == 0
+    assert data["stdout"] == "out\n" and data["value"] == "'value'"
+    failed = toolscript_exec(tmp_path, "import os\nos._exit(4)\n", "--json")
+    assert failed.returncode == 1
+    assert json.loads(failed.stdout)["status"] == "crashed"
+
+
+@pytest.mark.timeout(40)
+def test_exec_of_a_missing_script_fails_saying_so(tmp_path: Path) -> None:
+    env = {**os.environ, "TOOLSCRIPT_STATE": str(tmp_path / "state")}
+    done = subprocess.run(
+        [sys.executable, "-m", "toolscript.cli", "exec", str(tmp_path / "absent.py")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
+    assert done.returncode != 0
+    assert "absent.py" in done.stderr

@@ -1,0 +1,152 @@
+"""Hostile scripts: garbage on the protocol channel, huge or deep arguments. The host stays up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import time
+
+import pytest
+
+from toolscript import Runtime
+from toolscript.tools.python import tool
+
+from .conftest import MakeRuntime
+
+
+@tool
+async def measure(data: object) -> int:
+    """How long the data is, as JSON."""
+    return len(json.dumps(data))
+
+
+def frame(message: object) -> bytes:
+    body = json.dumps(message).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def writes_to_the_channel(payload: bytes) -> str:
+    """A script that finds the kernel's protocol socket and writes `payload` to it."""
+    # The event loop's own wake-up socketpair is skipped: the other socket is the channel.
+    return (
+        "import asyncio, os, time\n"
+        "def channel():\n"
+        "    loop = asyncio.get_running_loop()\n"
+        "    own = {loop._ssock.fileno(), loop._csock.fileno()}\n"
+        "    for name in os.listdir('/proc/self/fd'):\n"
+        "        try:\n"
+        "            link = os.readlink(f'/proc/self/fd/{name}')\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        if link.startswith('socket:') and int(name) not in own:\n"
+        "            return int(name)\n"
+        "    raise RuntimeError('no channel found')\n"
+        f"os.write(channel(), {payload!r})\n"
+        "time.sleep(30)\n"
+    )
+
+
+HOSTILE_PAYLOADS = {
+    "text that is no frame": b"hello, host! this is not a frame at all\n" * 10,
+    "a frame that claims 4 GB": b"\xff\xff\xff\xff",
+    "a frame over the size bound": struct.pack(">I", 65 * 1024 * 1024) + b"{}",
+    "a body that is not JSON": struct.pack(">I", 5) + b"hello",
+    "a JSON array": frame([1, 2, 3]),
+    "deeply nested JSON": struct.pack(">I", 200_000) + b"[" * 200_000,
+    "an unknown kind": frame({"t": "surprise"}),
+    "no kind at all": frame({"x": 1}),
+    "a done for another script": frame({"t": "done", "script": "someone-else", "status": "ok"}),
+    "a call without a number": frame({"t": "call", "tool": "measure", "args": {}}),
+    "a call whose args are a list": frame({"t": "call", "n": 99, "tool": "measure", "args": []}),
+    "an ack that is a number": frame({"t": "ack", "acks": 5}),
+    "an ack of an unknown kind": frame({"t": "call", "n": 78, "tool": "nothing", "args": {}})
+    + frame({"t": "ack", "acks": [[78, "maybe"]]}),
+    "a call then a truncated ack for it": frame(
+        {"t": "call", "n": 77, "tool": "nothing", "args": {}}
+    )
+    + frame({"t": "ack", "acks": [[77]]}),
+    "an ack with an unhashable number": frame({"t": "ack", "acks": [[[1], "seen"]]}),
+}
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("payload", HOSTILE_PAYLOADS.values(), ids=HOSTILE_PAYLOADS.keys())
+async def test_garbage_on_the_protocol_channel_crashes_only_that_interpreter(
+    make_runtime: MakeRuntime, payload: bytes
+) -> None:
+    runtime = await make_runtime(tools=[measure])
+    other = runtime.shell("other")
+    await other.run("mine = 'still here'")
+    await runtime.run("kept = 1")
+    started = time.monotonic()
+    result = await runtime.run(writes_to_the_channel(payload), time_limit=10)
+    assert time.monotonic() - started < 5
+    assert result.status == "crashed", result.text
+    assert "broke the protocol" in result.note and "state is gone" in result.note
+    assert "closed its channel" not in result.note  # the frame itself was the fault
+    after = await runtime.run("'kept' in globals()")
+    assert after.status == "ok" and after.value == "False"
+    assert after.generation == result.generation + 1
+    assert "fresh interpreter" in after.note
+    assert (await other.run("mine")).value == "'still here'"
+
+
+@pytest.mark.timeout(20)
+async def test_a_script_that_closes_the_protocol_channel_is_reported_and_replaced(
+    runtime: Runtime,
+) -> None:
+    code = writes_to_the_channel(b"").replace("os.write(channel(), b'')", "os.close(channel())")
+    result = await runtime.run(code, time_limit=10)
+    assert result.status == "crashed", result.text
+    after = await runtime.run("1 + 1")
+    assert after.value == "2" and "fresh interpreter" in after.note
+
+
+@pytest.mark.timeout(30)
+async def test_a_fifty_megabyte_argument_reaches_the_tool_and_the_host_stays_up(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime(tools=[measure])
+    result = await runtime.run("await measure(data='x' * 50_000_000)", time_limit=20)
+    assert result.status == "ok", result.text
+    assert result.value == str(50_000_002)
+    assert result.calls.made == 1
+    assert (await runtime.run("1 + 1")).value == "2"
+
+
+@pytest.mark.timeout(30)
+async def test_an_argument_nested_a_hundred_thousand_deep_is_refused_not_fatal(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime(tools=[measure])
+    result = await runtime.run(
+        "deep = []\n"
+        "for _ in range(100_000):\n"
+        "    deep = [deep]\n"
+        "try:\n"
+        "    await measure(data=deep)\n"
+        "except ToolError as error:\n"
+        "    print('refused:', error)\n",
+        time_limit=20,
+    )
+    assert result.status == "ok", result.text
+    assert "refused:" in result.stdout
+    assert result.calls.by_fate.get("refused") == 1
+    assert (await runtime.run("await measure(data=[1, [2, [3]]])")).value == "13"
+
+
+@pytest.mark.timeout(30)
+async def test_hostile_channels_in_many_shells_at_once_leave_a_clean_shell_working(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime()
+    clean = runtime.shell("clean")
+    hostile = [
+        runtime.shell(f"hostile-{n}").run(writes_to_the_channel(payload), time_limit=10)
+        for n, payload in enumerate(HOSTILE_PAYLOADS.values())
+        if n < 4
+    ]
+    results = await asyncio.gather(*hostile, clean.run("sum(range(10))"))
+    assert all(result.status == "crashed" for result in results[:-1])
+    assert results[-1].value == "45"

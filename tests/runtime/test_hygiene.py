@@ -1,0 +1,120 @@
+"""The interpreter gets a scrubbed environment, its own directory, process group and limits."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+from toolscript import Runtime
+
+from .conftest import MakeRuntime
+
+
+@pytest.mark.timeout(20)
+async def test_the_hosts_secrets_stay_out_of_the_interpreters_environment(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLSCRIPT_TEST_SECRET", "hunter2-secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-hunter2")
+    runtime = await make_runtime(env={"EXTRA_SETTING": "passed on"})
+    result = await runtime.run("import os\ndict(os.environ)")
+    assert result.status == "ok"
+    assert result.value is not None
+    assert "hunter2" not in result.value
+    environment = ast.literal_eval(result.value)
+    assert "TOOLSCRIPT_TEST_SECRET" not in environment
+    assert "OPENAI_API_KEY" not in environment
+    assert environment["EXTRA_SETTING"] == "passed on"
+    assert environment.get("PATH") == os.environ.get("PATH")
+
+
+@pytest.mark.timeout(20)
+async def test_each_shell_works_in_its_own_directory(runtime: Runtime) -> None:
+    one = await runtime.shell("one").run("import os\nopen('mine.txt', 'w').write('1')\nos.getcwd()")
+    two = await runtime.shell("two").run("import os\nos.path.exists('mine.txt'), os.getcwd()")
+    assert one.value is not None and two.value is not None
+    first = ast.literal_eval(one.value)
+    exists, second = ast.literal_eval(two.value)
+    assert first != second and first != os.getcwd() and second != os.getcwd()
+    assert exists is False
+
+
+@pytest.mark.timeout(20)
+async def test_the_interpreter_leads_its_own_process_group_and_session(runtime: Runtime) -> None:
+    result = await runtime.run(
+        "import os\nos.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid(), os.getpgid(0)"
+    )
+    assert result.value is not None
+    leads_group, leads_session, group = ast.literal_eval(result.value)
+    assert leads_group and leads_session
+    assert group != os.getpgid(0)
+
+
+LIMITS = (
+    "import resource\n"
+    "{name: resource.getrlimit(getattr(resource, name))[0] for name in "
+    "('RLIMIT_AS', 'RLIMIT_NPROC', 'RLIMIT_FSIZE', 'RLIMIT_NOFILE', 'RLIMIT_CPU')}"
+)
+
+
+@pytest.mark.timeout(20)
+async def test_default_resource_limits_are_applied(runtime: Runtime) -> None:
+    import resource
+
+    result = await runtime.run(LIMITS)
+    assert result.value is not None
+    limits = ast.literal_eval(result.value)
+    assert limits["RLIMIT_AS"] == 8 * 1024**3
+    assert limits["RLIMIT_FSIZE"] == 1024**3
+    assert limits["RLIMIT_NOFILE"] == min(1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    assert limits["RLIMIT_NPROC"] == min(1024, resource.getrlimit(resource.RLIMIT_NPROC)[1])
+    assert limits["RLIMIT_CPU"] == resource.getrlimit(resource.RLIMIT_CPU)[0]
+
+
+@pytest.mark.timeout(20)
+async def test_resource_limits_the_caller_sets_are_applied(make_runtime: MakeRuntime) -> None:
+    runtime = await make_runtime(
+        limits={
+            "address_space": 2 * 1024**3,
+            "cpu_time": 300,
+            "file_size": 1024**2,
+            "open_files": 256,
+            "processes": 512,
+        }
+    )
+    result = await runtime.run(LIMITS)
+    assert result.value is not None
+    assert ast.literal_eval(result.value) == {
+        "RLIMIT_AS": 2 * 1024**3,
+        "RLIMIT_NPROC": 512,
+        "RLIMIT_FSIZE": 1024**2,
+        "RLIMIT_NOFILE": 256,
+        "RLIMIT_CPU": 300,
+    }
+
+
+@pytest.mark.timeout(20)
+async def test_a_file_written_over_the_file_size_limit_is_stopped(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime(limits={"file_size": 1024**2})
+    result = await runtime.run(
+        "import signal\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "with open('big.bin', 'wb') as f:\n"
+        "    f.write(b'x' * (2 * 1024**2))\n"
+    )
+    assert result.status == "error"
+    assert result.error is not None and "File too large" in result.error
+
+
+@pytest.mark.timeout(20)
+async def test_an_unknown_limit_or_bad_knob_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="memory"):
+        Runtime(limits={"memory": 1})
+    with pytest.raises(ValueError, match="grace"):
+        Runtime(grace=0)
+    with pytest.raises(ValueError, match="output_limit"):
+        Runtime(output_limit=10)

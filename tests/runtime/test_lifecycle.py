@@ -1,0 +1,160 @@
+"""Nothing hangs: a kernel that cannot start is refused within a bound; closing leaves nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from toolscript import Runtime
+
+from .conftest import MakeRuntime, is_gone, kernel_pid, wait_for_file
+
+
+def fake_python(tmp_path: Path, body: str) -> str:
+    """A shell script standing in for a Python interpreter."""
+    path = tmp_path / "python"
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def children_of_this_process() -> set[int]:
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+@pytest.mark.timeout(20)
+async def test_a_missing_python_is_refused_saying_why(make_runtime: MakeRuntime) -> None:
+    runtime = await make_runtime(python="/nonexistent/python")
+    started = time.monotonic()
+    result = await runtime.run("print('never')")
+    assert time.monotonic() - started < 2
+    assert result.status == "refused" and result.exit_code == 1
+    assert "Nothing ran" in result.note
+    assert "/nonexistent/python" in result.note and "could not start" in result.note
+
+
+@pytest.mark.timeout(20)
+async def test_a_python_that_exits_at_once_is_refused_with_what_it_said(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    python = fake_python(tmp_path, "echo 'this is not python' >&2\nexit 1")
+    runtime = await make_runtime(python=python, start_timeout=5)
+    started = time.monotonic()
+    result = await runtime.run("print('never')")
+    assert time.monotonic() - started < 4
+    assert result.status == "refused"
+    assert "exit code 1" in result.note and "this is not python" in result.note
+    assert "Nothing ran" in result.note
+
+
+@pytest.mark.timeout(20)
+async def test_a_python_that_never_becomes_ready_is_refused_within_the_start_timeout(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    python = fake_python(tmp_path, "exec sleep 60")
+    runtime = await make_runtime(python=python, start_timeout=1)
+    before = children_of_this_process()
+    started = time.monotonic()
+    result = await runtime.run("print('never')")
+    assert time.monotonic() - started < 1 + 3
+    assert result.status == "refused"
+    assert "did not answer" in result.note and "1 s" in result.note
+    left = children_of_this_process() - before
+    assert all(is_gone(pid) for pid in left), "the kernel that never got ready is still running"
+
+
+@pytest.mark.timeout(20)
+async def test_a_shell_refused_for_a_broken_python_tries_again_on_the_next_run(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    python = fake_python(tmp_path, "echo broken >&2; exit 1")
+    runtime = await make_runtime(python=python)
+    assert (await runtime.run("1")).status == "refused"
+    Path(python).write_text(f'#!/bin/sh\nexec {os.sys.executable} "$@"\n')
+    assert (await runtime.run("1 + 1")).value == "2"
+
+
+@pytest.mark.timeout(20)
+async def test_closing_the_runtime_leaves_no_kernel_nor_its_children(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime()
+    result = await runtime.shell("a").run(
+        "import subprocess\np = subprocess.Popen(['sleep', '60'])\np.pid"
+    )
+    sleeper = int(str(result.value))
+    await runtime.shell("b").run("1")
+    kernels = [kernel_pid(runtime, "a"), kernel_pid(runtime, "b")]
+    started = time.monotonic()
+    await runtime.aclose()
+    assert time.monotonic() - started < 5
+    for pid in [*kernels, sleeper]:
+        assert is_gone(pid), f"process {pid} outlived the runtime"
+
+
+@pytest.mark.timeout(20)
+async def test_closing_the_runtime_while_a_script_blocks_is_bounded_and_answers_the_run(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    runtime = await make_runtime()
+    started_file = tmp_path / "started"
+    running = asyncio.create_task(
+        runtime.run(
+            f"import pathlib, time\npathlib.Path({str(started_file)!r}).touch()\ntime.sleep(60)",
+            time_limit=30,
+        )
+    )
+    await wait_for_file(started_file)
+    pid = kernel_pid(runtime)
+    started = time.monotonic()
+    await runtime.aclose()
+    result = await asyncio.wait_for(running, 5)
+    assert time.monotonic() - started < 5
+    assert result.status == "cancelled", result.text
+    assert "the runtime was closed" in result.note
+    assert is_gone(pid)
+
+
+@pytest.mark.timeout(20)
+async def test_cancelling_a_run_while_its_interpreter_starts_leaves_no_process(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    # A Python that announces itself, then never becomes ready: the cancel lands in start-up.
+    announced = tmp_path / "announced"
+    python = fake_python(tmp_path, f"touch {announced}\nexec sleep 60")
+    runtime = await make_runtime(python=python, start_timeout=15)
+    before = children_of_this_process()
+    running = asyncio.create_task(runtime.run("1"))
+    await wait_for_file(announced)
+    started = children_of_this_process() - before
+    assert started
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(running, 5)
+    await runtime.aclose()
+    for pid in started:
+        assert is_gone(pid), f"the starting kernel {pid} was left running"
+
+
+@pytest.mark.timeout(20)
+async def test_a_closed_runtime_refuses_to_be_used_saying_so(make_runtime: MakeRuntime) -> None:
+    from toolscript import RuntimeClosedError
+
+    runtime = await make_runtime()
+    await runtime.aclose()
+    with pytest.raises(RuntimeClosedError, match="closed"):
+        await runtime.run("1")
+
+
+@pytest.mark.timeout(20)
+async def test_a_runtime_not_started_says_how_to_start_it() -> None:
+    from toolscript import RuntimeClosedError
+
+    runtime = Runtime(journal=":memory:")
+    with pytest.raises(RuntimeClosedError, match="async with"):
+        await runtime.run("1")

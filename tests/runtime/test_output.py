@@ -1,0 +1,235 @@
+"""Output is captured at the Python and the fd level, belongs to its own script, and is bounded."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psutil
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from toolscript import Runtime
+from toolscript.host.output import StreamCapture
+
+from .conftest import MakeRuntime, wait_for_file, wait_for_file_holding_the_loop
+
+
+@pytest.mark.timeout(20)
+async def test_print_and_writes_to_fd_one_and_two_are_captured(runtime: Runtime) -> None:
+    result = await runtime.run(
+        "import os, sys\n"
+        "print('from print')\n"
+        "os.write(1, b'from fd 1\\n')\n"
+        "print('to stderr', file=sys.stderr)\n"
+        "os.write(2, b'from fd 2\\n')\n"
+    )
+    assert result.status == "ok", result.text
+    assert "from print\n" in result.stdout and "from fd 1\n" in result.stdout
+    assert "to stderr\n" in result.stderr and "from fd 2\n" in result.stderr
+    assert "to stderr" not in result.stdout and "from print" not in result.stderr
+
+
+@pytest.mark.timeout(20)
+async def test_output_of_a_subprocess_is_the_scripts_output(runtime: Runtime) -> None:
+    result = await runtime.run(
+        "import subprocess\n"
+        "subprocess.run(['echo', 'x from echo'], check=True)\n"
+        "subprocess.run(['sh', '-c', 'echo y from sh >&2'], check=True)\n"
+    )
+    assert result.status == "ok", result.text
+    assert result.stdout == "x from echo\n"
+    assert result.stderr == "y from sh\n"
+
+
+@pytest.mark.timeout(20)
+async def test_python_level_output_without_a_newline_is_flushed_into_its_own_run(
+    runtime: Runtime,
+) -> None:
+    first = await runtime.run("import sys\nsys.stdout.write('no newline')\nprint('e', end='')")
+    second = await runtime.run("print('next')")
+    assert first.stdout == "no newlinee"
+    assert second.stdout == "next\n"
+
+
+@pytest.mark.timeout(20)
+async def test_output_of_a_failing_or_stopped_script_is_kept(runtime: Runtime) -> None:
+    failed = await runtime.run("print('before the error')\nraise RuntimeError('boom')")
+    assert failed.stdout == "before the error\n"
+    stopped = await runtime.run(
+        "import time\nprint('before the stop')\ntime.sleep(30)", time_limit=1
+    )
+    assert stopped.status == "time_limit"
+    assert stopped.stdout == "before the stop\n"
+
+
+@pytest.mark.timeout(30)
+async def test_output_written_between_scripts_belongs_to_neither(
+    runtime: Runtime, tmp_path
+) -> None:
+    # A thread and a subprocess left running by the first script write only after it ended
+    # (they wait for the "go" file the test makes after the first result came back).
+    go, written = tmp_path / "go", tmp_path / "written"
+    shell = runtime.shell()
+    first = await shell.run(
+        "import os, subprocess, threading, time, pathlib\n"
+        f"go, written = pathlib.Path({str(go)!r}), pathlib.Path({str(written)!r})\n"
+        "def later():\n"
+        "    deadline = time.monotonic() + 10\n"
+        "    while not go.exists() and time.monotonic() < deadline:\n"
+        "        time.sleep(0.005)\n"
+        "    print('LATE from print', flush=True)\n"
+        "    os.write(1, b'LATE from fd 1\\n')\n"
+        "    os.write(2, b'LATE from fd 2\\n')\n"
+        "    subprocess.run(['echo', 'LATE from echo'])\n"
+        "    written.touch()\n"
+        "threading.Thread(target=later).start()\n"
+        "print('first')\n"
+    )
+    assert first.status == "ok" and first.stdout == "first\n"
+    go.touch()
+    await wait_for_file(written)
+    second = await shell.run("print('second')")
+    assert second.stdout == "second\n"
+    assert "LATE" not in second.stderr
+
+
+@pytest.mark.timeout(30)
+async def test_output_written_between_scripts_stays_out_even_if_the_host_has_not_read_it(
+    runtime: Runtime, tmp_path
+) -> None:
+    # The host's loop is held while the late output is written, so those bytes are still
+    # in the pipe when the next script starts; they must not be taken as its output.
+    go, written = tmp_path / "go", tmp_path / "written"
+    shell = runtime.shell()
+    first = await shell.run(
+        "import os, threading, time, pathlib\n"
+        f"go, written = pathlib.Path({str(go)!r}), pathlib.Path({str(written)!r})\n"
+        "def later():\n"
+        "    deadline = time.monotonic() + 10\n"
+        "    while not go.exists() and time.monotonic() < deadline:\n"
+        "        time.sleep(0.005)\n"
+        "    os.write(1, b'LATE from fd 1\\n')\n"
+        "    os.write(2, b'LATE from fd 2\\n')\n"
+        "    written.touch()\n"
+        "threading.Thread(target=later).start()\n"
+    )
+    assert first.status == "ok"
+    go.touch()
+    wait_for_file_holding_the_loop(written)
+    second = await shell.run("print('second')")
+    assert second.stdout == "second\n"
+    assert "LATE" not in second.stderr
+
+
+@pytest.mark.timeout(20)
+async def test_lone_surrogates_and_invalid_utf8_in_output_are_reported_not_fatal(
+    runtime: Runtime,
+) -> None:
+    result = await runtime.run(
+        "import os, sys\n"
+        "print('lone \\ud800 surrogate')\n"
+        "print('err \\udfff', file=sys.stderr)\n"
+        "os.write(1, b'bad \\xff\\xfe\\xc3 bytes\\n')\n"
+        "os.write(1, bytes(range(256)))\n"
+        "'value \\ud800'"
+    )
+    assert result.status == "ok", result.text
+    assert "lone" in result.stdout and "surrogate" in result.stdout
+    assert "bad" in result.stdout and "bytes" in result.stdout
+    assert "err" in result.stderr
+    assert result.value is not None and "value" in result.value
+    for text in (result.stdout, result.stderr, result.value, result.text):
+        text.encode("utf-8")  # no lone surrogate survives into what the host hands on
+    import json
+
+    json.dumps(result.to_dict(), ensure_ascii=False).encode("utf-8")
+    assert (await runtime.run("'still fine'")).value == "'still fine'"
+
+
+@pytest.mark.timeout(20)
+async def test_output_over_the_cap_keeps_head_and_tail_and_states_the_cut(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime(output_limit=10_000)
+    result = await runtime.run(
+        "import os\nos.write(1, b'HEAD' + b'a' * 100_000)\nprint('b' * 100_000 + 'TAIL')\n"
+    )
+    assert result.status == "ok"
+    assert result.stdout.startswith("HEAD")
+    assert result.stdout.rstrip("\n").endswith("TAIL")
+    assert len(result.stdout) < 12_000
+    assert "bytes of output cut" in result.stdout
+    assert "190,009 bytes of output cut" in result.stdout
+
+
+@pytest.mark.timeout(60)
+async def test_a_hundred_megabytes_printed_cost_the_host_under_about_twice_the_cap(
+    runtime: Runtime,
+) -> None:
+    # Measured: the host process's resident memory, sampled every few milliseconds by a
+    # thread while the script runs, minus the value just before. The cap is the default
+    # output_limit (1 MB per stream). Bound: twice the cap, plus 8 MB for allocator noise
+    # (the result's own text, read buffers); holding the output would cost over 100 MB.
+    cap = runtime.output_limit
+    await runtime.run("import os\nfor _ in range(8):\n    os.write(1, b'w' * (1 << 20))")
+    host = psutil.Process()
+    before = host.memory_info().rss
+    peak = before
+    sampling = True
+
+    def sample() -> None:
+        nonlocal peak
+        while sampling:
+            peak = max(peak, host.memory_info().rss)
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = await runtime.run(
+            "import os, sys\n"
+            "chunk = b'z' * (1 << 20)\n"
+            "for _ in range(50):\n"
+            "    os.write(1, chunk)\n"
+            "line = 'p' * 1023 + '\\n'\n"
+            "for _ in range(50 * 1024):\n"
+            "    sys.stdout.write(line)\n"
+            "print('THE END')\n",
+            time_limit=40,
+        )
+    finally:
+        sampling = False
+        sampler.join()
+    assert result.status == "ok", result.note
+    growth = peak - before
+    assert growth < 2 * cap + 8 * 1024 * 1024, f"the host grew by {growth:,} bytes"
+    assert result.stdout.rstrip("\n").endswith("THE END")
+    assert "bytes of output cut" in result.stdout
+    assert len(result.stdout) < 1.1 * cap
+
+
+@given(
+    before=st.binary(max_size=200),
+    body=st.binary(max_size=2000),
+    after=st.binary(max_size=200),
+    cuts=st.lists(st.integers(min_value=0, max_value=2500), max_size=8),
+)
+def test_only_the_bytes_between_the_markers_are_the_scripts_however_they_are_split(
+    before: bytes, body: bytes, after: bytes, cuts: list[int]
+) -> None:
+    nonce = "0123456789abcdef"
+    marker = nonce.encode()
+    assume(marker not in before + body + after)
+    stream = before + b"\x00>" + marker + b"\x00" + body + b"\x00" + marker + b"\x00" + after
+    capture = StreamCapture(10_000)
+    capture.begin(nonce)
+    start = 0
+    for cut in [*sorted({min(cut, len(stream)) for cut in cuts}), len(stream)]:
+        capture.feed(stream[start:cut])
+        start = cut
+    captured = capture.take()
+    assert captured.total_bytes == len(body) and captured.cut_bytes == 0
+    assert captured.text == body.decode("utf-8", "backslashreplace")
+    assert capture.unattributed_bytes == len(before) + len(after)

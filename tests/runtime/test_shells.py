@@ -1,0 +1,178 @@
+"""A shell keeps its namespace across runs; every way a script can end is reported as it was."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from toolscript import Runtime
+
+from .conftest import wait_for_file
+
+
+@pytest.mark.timeout(20)
+async def test_a_variable_set_in_one_run_is_there_in_the_next(runtime: Runtime) -> None:
+    shell = runtime.shell()
+    first = await shell.run("import math\ncounter = 41\ndef double(x):\n    return 2 * x\n")
+    second = await shell.run("counter += 1\ndouble(counter) + math.floor(0.5)")
+    assert first.status == "ok" and second.status == "ok"
+    assert second.value == "84"
+    assert second.generation == first.generation
+
+
+@pytest.mark.timeout(30)
+async def test_twenty_runs_in_a_row_on_one_shell_keep_their_state(runtime: Runtime) -> None:
+    shell = runtime.shell()
+    await shell.run("seen = []")
+    generations = set()
+    for n in range(20):
+        result = await shell.run(f"seen.append({n})\nprint('run', {n})\nlen(seen)")
+        assert result.status == "ok", result.text
+        assert result.value == str(n + 1)
+        assert result.stdout == f"run {n}\n"
+        generations.add(result.generation)
+    final = await shell.run("seen")
+    assert final.value == repr(list(range(20)))
+    assert generations == {final.generation}
+
+
+@pytest.mark.timeout(20)
+async def test_two_shells_have_separate_namespaces(runtime: Runtime) -> None:
+    one, two = runtime.shell("one"), runtime.shell("two")
+    await one.run("name = 'one'")
+    await two.run("name = 'two'")
+    assert (await one.run("name")).value == "'one'"
+    assert (await two.run("name")).value == "'two'"
+
+
+@pytest.mark.timeout(20)
+async def test_top_level_await_runs_and_tasks_survive_between_runs(runtime: Runtime) -> None:
+    shell = runtime.shell()
+    result = await shell.run(
+        "import asyncio\n"
+        "async def later(x):\n"
+        "    await asyncio.sleep(0)\n"
+        "    return x * 3\n"
+        "kept = asyncio.ensure_future(later(5))\n"
+        "await later(2)"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == "6"
+    after = await shell.run("await kept")
+    assert after.value == "15"
+
+
+@pytest.mark.timeout(20)
+async def test_the_last_expression_is_returned_as_its_repr(runtime: Runtime) -> None:
+    assert (await runtime.run("{'a': [1, 2]}")).value == "{'a': [1, 2]}"
+    assert (await runtime.run("'text'")).value == "'text'"
+    assert (await runtime.run("x = 3")).value is None
+    assert (await runtime.run("None")).value is None
+    assert (await runtime.run("print('only output')")).value is None
+
+
+@pytest.mark.timeout(20)
+async def test_a_repr_that_raises_leaves_value_saying_so_and_the_run_ok(runtime: Runtime) -> None:
+    result = await runtime.run(
+        "class Awkward:\n"
+        "    def __repr__(self):\n"
+        "        raise ValueError('no repr for you')\n"
+        "Awkward()"
+    )
+    assert result.status == "ok", result.text
+    assert result.value is not None
+    assert "repr failed" in result.value and "no repr for you" in result.value
+    assert (await runtime.run("1 + 1")).value == "2"
+
+
+@pytest.mark.timeout(20)
+async def test_sys_exit_zero_is_ok_and_keeps_the_interpreter(runtime: Runtime) -> None:
+    await runtime.run("kept = 'yes'")
+    result = await runtime.run("import sys\nprint('before')\nsys.exit(0)\nprint('after')")
+    assert result.status == "ok" and result.exit_code == 0
+    assert result.stdout == "before\n"
+    assert "sys.exit(0)" in result.note
+    after = await runtime.run("kept")
+    assert after.value == "'yes'" and after.generation == result.generation
+
+
+@pytest.mark.timeout(20)
+async def test_sys_exit_with_another_code_is_an_error_and_keeps_the_interpreter(
+    runtime: Runtime,
+) -> None:
+    await runtime.run("kept = 'yes'")
+    result = await runtime.run("import sys\nsys.exit(3)")
+    assert result.status == "error" and result.exit_code == 1
+    assert result.error is not None and "sys.exit(3)" in result.error
+    after = await runtime.run("kept")
+    assert after.value == "'yes'" and after.generation == result.generation
+    assert "fresh interpreter" not in after.note
+
+
+@pytest.mark.timeout(20)
+async def test_a_keyboard_interrupt_raised_by_the_script_is_an_error(runtime: Runtime) -> None:
+    await runtime.run("kept = 1")
+    result = await runtime.run("raise KeyboardInterrupt('my own')")
+    assert result.status == "error", result.text
+    assert result.error is not None and "KeyboardInterrupt" in result.error
+    assert (await runtime.run("kept")).value == "1"
+
+
+@pytest.mark.timeout(20)
+async def test_an_exception_is_an_error_with_the_traceback_of_the_script(
+    runtime: Runtime,
+) -> None:
+    result = await runtime.run("def inner():\n    1 / 0\nprint('so far')\ninner()")
+    assert result.status == "error" and result.exit_code == 1
+    assert result.stdout == "so far\n"
+    assert result.error is not None
+    assert "ZeroDivisionError" in result.error and "inner" in result.error
+    assert "ZeroDivisionError" in result.text
+
+
+@pytest.mark.timeout(20)
+async def test_a_syntax_error_is_an_error_and_nothing_ran(runtime: Runtime) -> None:
+    await runtime.run("kept = 1")
+    result = await runtime.run("kept = 2\nthis is not python(")
+    assert result.status == "error"
+    assert result.error is not None and "SyntaxError" in result.error
+    assert (await runtime.run("kept")).value == "1"
+
+
+@pytest.mark.timeout(20)
+async def test_a_busy_shell_refuses_a_second_run_at_once(runtime: Runtime, tmp_path: Path) -> None:
+    shell = runtime.shell()
+    started, release = tmp_path / "started", tmp_path / "release"
+    first = asyncio.create_task(
+        shell.run(
+            "import time, pathlib\n"
+            f"pathlib.Path({str(started)!r}).touch()\n"
+            f"while not pathlib.Path({str(release)!r}).exists():\n"
+            "    time.sleep(0.005)\n"
+            "'done'",
+            time_limit=10,
+        )
+    )
+    await wait_for_file(started)
+    asked = time.monotonic()
+    second = await shell.run("'second'")
+    assert time.monotonic() - asked < 0.5
+    release.touch()
+    assert second.status == "refused" and second.exit_code == 1
+    assert "already running" in second.note and "Nothing ran" in second.note
+    assert (await first).value == "'done'"
+    assert (await shell.run("'again'")).value == "'again'"
+
+
+@pytest.mark.timeout(20)
+async def test_a_time_limit_over_the_maximum_is_refused_saying_why(
+    make_runtime,
+) -> None:
+    runtime = await make_runtime(max_time_limit=5, default_time_limit=5)
+    result = await runtime.run("1", time_limit=6)
+    assert result.status == "refused"
+    assert "maximum" in result.note and "Nothing ran" in result.note
+    assert (await runtime.run("1", time_limit=5)).status == "ok"
