@@ -290,7 +290,7 @@ class CallLedger:
             fate, cause = _fate(call, interpreter_gone)
             tally.fold(call, fate, cause)
             fates.append(CallFate(call.id, fate, cause))
-            if fate != "pending" or interpreter_gone or call.host_cause is not None:
+            if fate != "pending" or call.host_cause is not None:
                 self._calls.pop(n, None)  # nothing more can come that the journal needs
         self._journal.settle_calls(fates)
         self._tally = None
