@@ -124,6 +124,11 @@ async def test_a_late_answer_meant_for_a_replaced_interpreter_never_settles_a_ca
     second_run = asyncio.create_task(runtime.run("await stubborn(x=2)"))
     await desk.wait_entered(2)
     await desk.open_and_wait_answered(1)  # the old interpreter's answer goes out now
+    # The journal keeps the late answer: that call's effect is known now.
+    [journaled] = runtime.journal.calls(script_id=first.script_id)
+    assert (journaled.fate, journaled.cause) == ("pending", "interpreter_gone")
+    assert journaled.answer_brief == "'stubborn-1'" and not journaled.uncertain
+    assert runtime.journal.uncertain() == []
     await desk.open_and_wait_answered(2)
     second = await asyncio.wait_for(second_run, WAIT)
     assert second.status == "ok", second.text
