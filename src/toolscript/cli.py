@@ -208,6 +208,15 @@ def _register_agent() -> None:
 _register_agent()
 
 
+def _register_serve() -> None:
+    from .serve.command import serve_command
+
+    app.command("serve")(serve_command)
+
+
+_register_serve()
+
+
 def main() -> None:
     """The console entry point."""
     app()
