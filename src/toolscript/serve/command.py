@@ -1,0 +1,173 @@
+"""`toolscript serve`: toolscript as an MCP server, over stdio or streamable HTTP.
+
+`serve_command` is a plain function with typer annotations; the `toolscript` app registers it
+with `app.command("serve")(serve_command)`. Standard output belongs to the MCP protocol over
+stdio, so everything this command says goes to standard error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .auth import TokenFileError, load_or_create_token
+
+__all__ = ["parse_address", "serve_command"]
+
+LOOPBACK = "127.0.0.1"
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """`HOST:PORT`, `[IPv6]:PORT`, `:PORT` or `PORT` as (host, port); no host means loopback."""
+    host, _, port_text = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is not HOST:PORT (for example 127.0.0.1:8765)", param_hint="--http"
+        ) from None
+    if not 0 <= port <= 65535:
+        raise typer.BadParameter(f"port {port} is not between 0 and 65535", param_hint="--http")
+    return host or LOOPBACK, port
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port); port 0 lets the system choose."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as error:
+        raise typer.BadParameter(f"cannot resolve {host!r}: {error}", param_hint="--http") from None
+    listener = socket.socket(family, kind, proto)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(address)
+    except OSError as error:
+        listener.close()
+        raise typer.BadParameter(
+            f"cannot listen on {host}:{port}: {error.strerror}", param_hint="--http"
+        ) from None
+    listener.listen(128)
+    return listener
+
+
+def _is_loopback(listener: socket.socket) -> bool:
+    address = listener.getsockname()[0]
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def serve_command(
+    mcp_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--mcp-config",
+            help='The MCP servers whose tools scripts can call: {"mcpServers": {...}}.',
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
+    tools: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tools",
+            help="Python tools as MODULE:ATTR (one tool, or a list of them). Repeatable.",
+            metavar="MODULE:ATTR",
+        ),
+    ] = None,
+    http: Annotated[
+        str | None,
+        typer.Option(
+            "--http",
+            help="Serve streamable HTTP on HOST:PORT (path /mcp) instead of stdio. A bare "
+            "PORT listens on 127.0.0.1 only; another host must be named.",
+            metavar="HOST:PORT",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            help="With --http: the bearer token's file. Made (mode 0600) with a new token "
+            "when it does not exist. Without it a token is made for this run and shown once.",
+        ),
+    ] = None,
+    journal: Annotated[
+        str | None,
+        typer.Option("--journal", help="Journal file, or ':memory:' (default: the state dir)."),
+    ] = None,
+) -> None:
+    """Serve toolscript to an MCP client: one run_python tool in which every tool is Python."""
+    from ..cli import load_tools
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="toolscript: %(message)s")
+    specs = load_tools(tools)
+    if token_file is not None and http is None:
+        raise typer.BadParameter("--token-file goes with --http", param_hint="--token-file")
+    listener: socket.socket | None = None
+    token = ""
+    if http is not None:
+        host, port = parse_address(http)
+        try:
+            found = load_or_create_token(token_file)
+        except TokenFileError as error:
+            raise typer.BadParameter(str(error), param_hint="--token-file") from None
+        token = found.value
+        if found.created and found.path is not None:
+            _say(f"wrote a new bearer token to {found.path} (mode 0600)")
+        elif found.created:
+            _say(f"the bearer token for this run (shown once): {token}")
+        if found.loose:
+            _say(f"warning: {found.path} can be read by other users; chmod 600 it")
+        listener = listen(host, port)
+        if not _is_loopback(listener):
+            _say(
+                f"warning: listening on {host}, which other machines can reach; anyone with "
+                "the token can run code as you. Use 127.0.0.1 to keep it to this machine."
+            )
+
+    async def main() -> None:
+        from ..runtime import Runtime
+        from .server import ToolscriptServer
+
+        async with Runtime(tools=specs, mcp_config=mcp_config, journal=journal) as rt:
+            for server, reason in rt.mcp_failures.items():
+                _say(f"MCP server {server!r} did not start: {reason}")
+            if listener is None:
+                served = ToolscriptServer(rt, transport="stdio")
+                _stop_on_sigterm()
+                await served.serve_stdio()
+                return
+            served = ToolscriptServer(rt, transport="http")
+            host, port = listener.getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            _say(f"serving MCP at http://{shown}:{port}/mcp")
+            await served.serve_http(listener, token, host)
+
+    with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
+        asyncio.run(main())
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM ends the stdio server like end of input: scripts stopped, servers closed."""
+    task = asyncio.current_task()
+    if task is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+
+
+def _say(text: str) -> None:
+    print(f"toolscript: {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,143 @@
+"""What the MCP client's model reads about toolscript's tools: their descriptions.
+
+The `run_python` description carries the whole catalogue as Python stubs when it is small
+enough (`STUBS_LIMIT` characters); past that it names the tools, and a `list_tools` tool gives
+the stubs of the ones the model asks for, so a client with hundreds of upstream tools does
+not pay for all their signatures in every request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..runtime import Runtime
+from ..tools.prompt import render_prompt
+
+__all__ = [
+    "NAMES_LIMIT",
+    "STUBS_LIMIT",
+    "catalogue_is_large",
+    "list_tools_description",
+    "matching_stubs",
+    "run_python_description",
+]
+
+STUBS_LIMIT = 12_000
+"""Characters of stubs that still go into the `run_python` description."""
+
+NAMES_LIMIT = 6_000
+"""Characters of tool names that still go into it when the stubs do not."""
+
+_HOW = """\
+Run Python code and get back exactly what it did, tool calls included.
+
+How the code runs:
+- It runs like a notebook cell: top-level `await` works, and the value of the last
+  expression is returned. Variables, imports and functions you define stay for your next
+  run_python call in this session, unless the result says the interpreter was replaced.
+- The tools listed below are Python async functions. Call them with `await` and keyword
+  arguments, e.g. `r = await server_name.tool_name(arg=1)`; run several at once with
+  `await asyncio.gather(...)`. A call you do not await does not run.
+- A tool that fails raises `ToolError` (catch it if you want to go on). A call can take
+  `timeout=` seconds; when that passes it raises `ToolTimeout`, but the call was sent and
+  may still take effect. The same holds for a call still waiting when the script is
+  stopped: retrying such a call may do it twice, so check its effect first.
+- time_limit_s (default {default:g} s, at most {most:g} s): the script is interrupted when it
+  passes, then killed if it does not stop.
+- background=true starts the script in an interpreter of its own (it does not see this
+  session's variables) and returns at once with its script_id; you are notified when it
+  ends. Ask for its result with script_status(script_id) and stop it with
+  cancel_script(script_id). Results are kept {keep_minutes:g} minutes after the end.
+
+What comes back: the first line gives the exit code and how the script ended (ok, error,
+time_limit, cancelled, crashed, refused); then the runner's notes (read them: they say when
+state was lost or what to do next); then every tool call whose answer the script did not
+see, with its fate (a call with no answer "may still take effect"); then stderr, stdout
+(long output is cut in the middle, and the cut is stated) and the last expression's value.
+The structured content holds the same facts as fields."""
+
+
+def catalogue_is_large(runtime: Runtime) -> bool:
+    """Whether the stubs of every tool are too long to put in the description."""
+    return len(runtime.prompt()) > STUBS_LIMIT
+
+
+def run_python_description(runtime: Runtime, *, keep_results_for: float) -> str:
+    """The `run_python` tool's description, built from the runtime's current catalogue."""
+    how = _HOW.format(
+        default=runtime.default_time_limit,
+        most=runtime.max_time_limit,
+        keep_minutes=keep_results_for / 60,
+    )
+    parts = [how, _failures(runtime)]
+    prompt = runtime.prompt()
+    plans = _bound_plans(runtime)
+    if not plans:
+        parts.append("No tools are connected: the code can still compute, read and write files.")
+    elif len(prompt) <= STUBS_LIMIT:
+        parts.append("The tools, as Python stubs:\n```python\n" + prompt.rstrip() + "\n```")
+    else:
+        parts.append(
+            f"There are {len(plans)} tools, too many to describe here. Call list_tools with a "
+            "word, a server or a tool name to read the signatures and descriptions of the "
+            "matching ones, or run `help(server_name.tool_name)` in a script.\n" + _names(plans)
+        )
+    return "\n\n".join(part for part in parts if part)
+
+
+def list_tools_description() -> str:
+    """The `list_tools` tool's description (offered only when the catalogue is large)."""
+    return (
+        "Show the Python signatures and descriptions of the tools that run_python code can "
+        "call. `query` keeps only the tools whose server, name or description contains it "
+        "(case-insensitive); leave it empty for all of them (long)."
+    )
+
+
+def matching_stubs(runtime: Runtime, query: str) -> tuple[str, int]:
+    """The stubs of the tools matching `query`, and how many matched."""
+    words = query.strip().lower()
+    chosen = [
+        plan
+        for plan in _bound_plans(runtime)
+        if not words
+        or any(
+            words in str(plan.get(field) or "").lower()
+            for field in ("server", "name", "namespace", "function", "doc")
+        )
+    ]
+    if not chosen:
+        return "", 0
+    return render_prompt(chosen), len(chosen)
+
+
+def _bound_plans(runtime: Runtime) -> list[dict[str, Any]]:
+    return [plan for plan in runtime.catalogue.plans if "error" not in plan]
+
+
+def _names(plans: list[dict[str, Any]]) -> str:
+    by_namespace: dict[str, list[str]] = {}
+    for plan in plans:
+        namespace = plan.get("namespace")
+        by_namespace.setdefault("" if namespace is None else str(namespace), []).append(
+            str(plan.get("function"))
+        )
+    lines = [
+        (f"{namespace}: " if namespace else "top level: ") + ", ".join(functions)
+        for namespace, functions in by_namespace.items()
+    ]
+    text = "\n".join(lines)
+    if len(text) <= NAMES_LIMIT:
+        return "The tools by server:\n" + text
+    return "The servers and how many tools each has: " + ", ".join(
+        f"{namespace or 'top level'} ({len(functions)})"
+        for namespace, functions in by_namespace.items()
+    )
+
+
+def _failures(runtime: Runtime) -> str:
+    failures = runtime.mcp_failures
+    if not failures:
+        return ""
+    lines = [f"- {name}: {reason}" for name, reason in failures.items()]
+    return "These MCP servers did not start, so their tools are missing:\n" + "\n".join(lines)

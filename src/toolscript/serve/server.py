@@ -1,0 +1,493 @@
+"""The MCP server in front of a `Runtime`: code mode for any MCP client.
+
+It offers `run_python(code, time_limit_s=None, background=False)`, `script_status(script_id)`
+and `cancel_script(script_id)` (and `list_tools(query)` when the catalogue is too large to
+describe up front). Each answer is the script result's `text` as text content and its
+`to_dict()` as structured content.
+
+Sessions. A shell belongs to one MCP client session and is closed with it:
+
+- over stdio the process serves one client, so the process is the session;
+- over streamable HTTP a session is the SDK's (the `Mcp-Session-Id` the client got at its
+  handshake), and it ends when the client deletes it or it idles out in the SDK.
+
+Goal: state that persists between calls of one client, and only that client.
+What fails: the 2026-07-28 protocol has no sessions (every HTTP request stands alone), and
+mcp 2.3.0's `Client` picks it by default after probing `server/discover`.
+What we do: over HTTP, `server/discover` answers with the handshake versions only, which the
+official clients (Python, TypeScript, Go) take as "use the handshake", so they get a session.
+A client that insists on the stateless protocol over HTTP is served from one shared
+"stateless" shell. Over stdio either protocol is fine: the process is the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Coroutine
+from typing import Any, Literal
+
+import mcp.types as types
+import uvicorn
+from mcp.server.connection import Connection
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.types import ASGIApp
+
+from .. import ScriptResult
+from ..runtime import Runtime
+from .auth import BearerTokenGate
+from .description import (
+    catalogue_is_large,
+    list_tools_description,
+    matching_stubs,
+    run_python_description,
+)
+from .session import Session
+
+__all__ = ["INSTRUCTIONS", "ToolscriptServer"]
+
+_log = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "toolscript runs Python code in which the tools of the user's MCP servers are async "
+    "functions. Use run_python to call many tools in one step, combine and filter their "
+    "results in code, and read one truthful report of what happened."
+)
+
+_SESSION_KEY = "toolscript.session"
+
+Transport = Literal["stdio", "http"]
+
+
+class _Server(Server[Any]):
+    """The SDK's low-level server, announcing that its tool list can change."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+class ToolscriptServer:
+    """An MCP server whose tools run Python scripts in a `Runtime`'s shells.
+
+    - `transport`: "stdio" (one client, the process is its session) or "http".
+    - `progress_after`, `progress_every`: seconds before the first progress notification of a
+      run, and between the next ones (sent only when the client gave a progress token).
+    - `keep_results_for`, `keep_results`: how long, and how many, ended background results
+      each session keeps for `script_status`.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        transport: Transport = "stdio",
+        progress_after: float = 3.0,
+        progress_every: float = 3.0,
+        keep_results_for: float = 3600.0,
+        keep_results: int = 100,
+    ) -> None:
+        self.runtime = runtime
+        self.transport: Transport = transport
+        self.progress_after = progress_after
+        self.progress_every = progress_every
+        self.keep_results_for = keep_results_for
+        self.keep_results = keep_results
+        self._bus = InMemorySubscriptionBus()
+        self.server = _Server(
+            "toolscript",
+            version=_version(),
+            instructions=INSTRUCTIONS,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_subscriptions_listen=ListenHandler(self._bus),
+        )
+        if transport == "http":
+            self.server.add_request_handler("server/discover", types.RequestParams, self._discover)
+        self._sessions: set[Session] = set()
+        self._stdio: Session | None = None
+        self._stateless: Session | None = None
+        self._numbers = itertools.count(1)
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._tools = self._tool_list()
+        runtime.on_catalogue_change(self._catalogue_changed)
+
+    # -- serving -----------------------------------------------------------------------------
+
+    async def serve_stdio(self) -> None:
+        """Serve one client over this process's stdin and stdout until stdin closes."""
+        from mcp.server.stdio import stdio_server
+
+        try:
+            async with stdio_server() as (read, write):
+                await self.server.run(read, write, self.server.create_initialization_options())
+        finally:
+            await self.aclose()
+
+    def http_app(self, token: str, host: str = "127.0.0.1") -> ASGIApp:
+        """The streamable HTTP app on path `/mcp`, behind the bearer-token gate."""
+        app = self.server.streamable_http_app(streamable_http_path="/mcp", host=host)
+        return BearerTokenGate(app, token)
+
+    async def serve_http(
+        self, listener: socket.socket, token: str, host: str = "127.0.0.1"
+    ) -> None:
+        """Serve streamable HTTP on a bound, listening socket until interrupted."""
+        config = uvicorn.Config(
+            self.http_app(token, host), log_level="warning", lifespan="on", access_log=False
+        )
+        try:
+            await uvicorn.Server(config).serve(sockets=[listener])
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """End every session: cancel their background scripts, stop their interpreters."""
+        sessions = [*self._sessions]
+        self._sessions.clear()
+        await asyncio.gather(*(session.close() for session in sessions), return_exceptions=True)
+        for task in [*self._tasks]:
+            task.cancel()
+
+    # -- the tool list -----------------------------------------------------------------------
+
+    def _tool_list(self) -> list[types.Tool]:
+        tools = [
+            types.Tool(
+                name="run_python",
+                title="Run Python",
+                description=run_python_description(
+                    self.runtime, keep_results_for=self.keep_results_for
+                ),
+                input_schema={
+                    "type": "object",
+                    "properties": {
+                        "code": {"type": "string", "description": "The Python code to run."},
+                        "time_limit_s": {
+                            "type": ["number", "null"],
+                            "exclusiveMinimum": 0,
+                            "description": "Seconds before the script is stopped "
+                            f"(default {self.runtime.default_time_limit:g}, "
+                            f"at most {self.runtime.max_time_limit:g}).",
+                        },
+                        "background": {
+                            "type": "boolean",
+                            "default": False,
+                            "description": "Start it in the background and return its "
+                            "script_id at once.",
+                        },
+                    },
+                    "required": ["code"],
+                    "additionalProperties": False,
+                },
+                annotations=types.ToolAnnotations(
+                    title="Run Python", destructive_hint=True, open_world_hint=True
+                ),
+            ),
+            types.Tool(
+                name="script_status",
+                title="Background script status",
+                description="The status of a background script started by run_python with "
+                "background=true: still running (and for how long), or its full result, in "
+                "the same shape as run_python's.",
+                input_schema=_script_id_schema(),
+                annotations=types.ToolAnnotations(read_only_hint=True),
+            ),
+            types.Tool(
+                name="cancel_script",
+                title="Cancel a background script",
+                description="Stop a background script (an interrupt, then a kill if it does "
+                "not stop) and return its result, in the same shape as run_python's. Tool "
+                "calls it had in flight may still take effect: the result says which.",
+                input_schema=_script_id_schema(),
+                annotations=types.ToolAnnotations(destructive_hint=True, idempotent_hint=True),
+            ),
+        ]
+        if catalogue_is_large(self.runtime):
+            tools.append(
+                types.Tool(
+                    name="list_tools",
+                    title="Tools for run_python",
+                    description=list_tools_description(),
+                    input_schema={
+                        "type": "object",
+                        "properties": {"query": {"type": "string", "default": ""}},
+                    },
+                    annotations=types.ToolAnnotations(read_only_hint=True),
+                )
+            )
+        return tools
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self._tools)
+
+    async def _discover(
+        self, ctx: ServerRequestContext[Any], params: types.RequestParams
+    ) -> types.DiscoverResult:
+        return types.DiscoverResult(
+            supported_versions=list(HANDSHAKE_PROTOCOL_VERSIONS),
+            capabilities=self.server.get_capabilities(NotificationOptions(tools_changed=True)),
+            instructions=INSTRUCTIONS,
+        )
+
+    def _catalogue_changed(self) -> None:
+        self._spawn(self._announce_tools())
+
+    async def _announce_tools(self) -> None:
+        tools = self._tool_list()
+        if tools == self._tools:
+            return
+        self._tools = tools
+        for session in [*self._sessions]:
+            await session.notify("notifications/tools/list_changed", None)
+        await self._bus.publish(ToolsListChanged())
+
+    # -- the calls ---------------------------------------------------------------------------
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        arguments = params.arguments or {}
+        session = self._session_for(ctx)
+        if params.name == "run_python":
+            return await self._run_python(ctx, session, arguments)
+        if params.name in ("script_status", "cancel_script"):
+            script_id = arguments.get("script_id")
+            if not isinstance(script_id, str) or not script_id:
+                return _refusal(f"{params.name} needs script_id, the id run_python gave.")
+            found = session.find(script_id)
+            if found is None:
+                return _refusal(
+                    f"There is no background script {script_id!r} in this session. Results "
+                    f"are kept {self.keep_results_for / 60:g} minutes after a script ends "
+                    f"(the last {self.keep_results}), and only in the session that started it."
+                )
+            handle, running_for = found
+            if params.name == "cancel_script":
+                result = await handle.cancel("cancelled by the MCP client (cancel_script)")
+                session.ended(script_id)
+                return _result_content(result)
+            if handle.status() == "running":
+                return types.CallToolResult(
+                    content=[
+                        types.TextContent(
+                            text=f"Script {script_id} is still running ({running_for:.1f} s "
+                            "so far). Ask again later, or stop it with cancel_script."
+                        )
+                    ],
+                    structured_content={
+                        "script_id": script_id,
+                        "status": "running",
+                        "running_for": round(running_for, 3),
+                    },
+                )
+            return _result_content(await handle.result())
+        if params.name == "list_tools":
+            query = arguments.get("query", "")
+            if not isinstance(query, str):
+                return _refusal("query must be a string.")
+            stubs, count = matching_stubs(self.runtime, query)
+            if count == 0:
+                return _refusal(f"No tool matches {query!r}; try a shorter word or a server.")
+            return types.CallToolResult(
+                content=[types.TextContent(text=stubs)],
+                structured_content={"matched": count, "stubs": stubs},
+            )
+        return _refusal(f"There is no tool {params.name!r} here.")
+
+    async def _run_python(
+        self, ctx: ServerRequestContext[Any], session: Session, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        code = arguments.get("code")
+        time_limit = arguments.get("time_limit_s")
+        background = arguments.get("background", False)
+        unknown = sorted(set(arguments) - {"code", "time_limit_s", "background"})
+        if unknown:
+            return _refusal(f"run_python takes code, time_limit_s and background, not {unknown}.")
+        if not isinstance(code, str):
+            return _refusal("run_python needs code, a string of Python source.")
+        if time_limit is not None and (
+            isinstance(time_limit, bool) or not isinstance(time_limit, int | float)
+        ):
+            return _refusal("time_limit_s must be a number of seconds, or null.")
+        if not isinstance(background, bool):
+            return _refusal("background must be true or false.")
+        limit = None if time_limit is None else float(time_limit)
+        shell = session.shell
+        if not background:
+            run = shell.run(code, time_limit=limit)
+            return _result_content(await self._with_progress(ctx, run, limit))
+
+        async def ended(result: ScriptResult) -> None:
+            await self._background_ended(session, result)
+
+        handle = await shell.start(code, time_limit=limit, on_done=ended)
+        session.track(handle)
+        if handle.status() != "running":  # refused before it began
+            return _result_content(await handle.result())
+        return types.CallToolResult(
+            content=[
+                types.TextContent(
+                    text=f"Started background script {handle.id}. It runs in an interpreter of "
+                    "its own, beside this session. You will be notified when it ends; ask "
+                    f'for its result with script_status(script_id="{handle.id}"), or stop it '
+                    "with cancel_script."
+                )
+            ],
+            structured_content={"script_id": handle.id, "status": "running", "background": True},
+        )
+
+    async def _with_progress(
+        self,
+        ctx: ServerRequestContext[Any],
+        run: Coroutine[Any, Any, ScriptResult],
+        limit: float | None,
+    ) -> ScriptResult:
+        """Await a run, reporting progress while it lasts; a cancelled request stops it."""
+        task = asyncio.ensure_future(run)
+        self._keep(task)
+        total = limit if limit is not None else self.runtime.default_time_limit
+        started = time.monotonic()
+        wait = self.progress_after
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=wait)
+                if done:
+                    return task.result()
+                elapsed = time.monotonic() - started
+                with contextlib.suppress(Exception):  # best effort: the client may be gone
+                    await ctx.session.report_progress(
+                        round(elapsed, 1),
+                        total,
+                        f"the script has run for {elapsed:.0f} s (time limit {total:g} s)",
+                    )
+                wait = self.progress_every
+        finally:
+            if not task.done():
+                task.cancel()  # the request was cancelled: the runtime stops the script
+
+    async def _background_ended(self, session: Session, result: ScriptResult) -> None:
+        session.ended(result.script_id)
+        await session.notify(
+            "notifications/message",
+            {
+                "level": "info" if result.status == "ok" else "warning",
+                "logger": "toolscript",
+                "data": {
+                    "event": "background_script_ended",
+                    "script_id": result.script_id,
+                    "status": result.status,
+                    "exit_code": result.exit_code,
+                    "message": f"Background script {result.script_id} ended: {result.status}. "
+                    "Its result is available from script_status.",
+                },
+            },
+        )
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def _session_for(self, ctx: ServerRequestContext[Any]) -> Session:
+        connection = _connection_of(ctx)
+        if self.transport == "stdio":
+            if self._stdio is None:
+                self._stdio = self._new_session()
+            if connection is not None:
+                self._stdio.notifier = connection
+            return self._stdio
+        if connection is None or connection.session_id is None:
+            if self._stateless is None:
+                self._stateless = self._new_session("stateless")
+            return self._stateless
+        session = connection.state.get(_SESSION_KEY)
+        if isinstance(session, Session):
+            return session
+        session = self._new_session()
+        session.notifier = connection
+        connection.state[_SESSION_KEY] = session
+
+        async def end() -> None:  # spawned: the SDK bounds this teardown tightly
+            self._spawn(self._end_session(session))
+
+        connection.exit_stack.push_async_callback(end)
+        return session
+
+    def _new_session(self, label: str | None = None) -> Session:
+        name = f"mcp-{label or next(self._numbers)}"
+        session = Session(
+            self.runtime.shell(name),
+            keep_for=self.keep_results_for,
+            keep_count=self.keep_results,
+        )
+        self._sessions.add(session)
+        return session
+
+    async def _end_session(self, session: Session) -> None:
+        self._sessions.discard(session)
+        await session.close()
+
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        self._keep(asyncio.ensure_future(work))
+
+    def _keep(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("toolscript serve: a background task failed", exc_info=task.exception())
+
+
+def _connection_of(ctx: ServerRequestContext[Any]) -> Connection | None:
+    # mcp 2.3.0 gives the low-level handlers the per-client `Connection` (its scratch `state`,
+    # its teardown `exit_stack`, its standalone channel) only through the session object.
+    connection = getattr(ctx.session, "_connection", None)
+    return connection if isinstance(connection, Connection) else None
+
+
+def _script_id_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"script_id": {"type": "string", "description": "The id run_python gave."}},
+        "required": ["script_id"],
+        "additionalProperties": False,
+    }
+
+
+def _result_content(result: ScriptResult) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=result.text)],
+        structured_content=result.to_dict(),
+        is_error=result.status == "refused",
+    )
+
+
+def _refusal(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("toolscript")
+    except metadata.PackageNotFoundError:
+        return "0"
