@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import math
+import os
 import secrets
 import shutil
 import sys
@@ -33,10 +35,14 @@ from .host.interpreter import (
     Outcome,
 )
 from .host.journal import Journal, JournalCall, state_dir
+from .host.pool import CapReached, InterpreterPool
 from .host.result import TEXT_LIMIT, ScriptResult
+from .host.template import Template, TemplateError
 from .tools.spec import ToolSpec
 
-__all__ = ["Runtime", "RuntimeClosedError", "Shell"]
+__all__ = ["Runtime", "RuntimeClosedError", "ScriptHandle", "Shell"]
+
+_log = logging.getLogger(__name__)
 
 
 class RuntimeClosedError(RuntimeError):
@@ -75,6 +81,15 @@ class Runtime:
     - `output_limit`: bytes of each stream the host keeps per script (head and tail);
       `text_limit`: characters of `ScriptResult.text`; `start_timeout`: seconds an
       interpreter has to become ready.
+    - `preload`: modules every interpreter starts with imported (the template imports them
+      once and forks each interpreter from it); `fork` (True): use the template where the
+      system can fork, else start each interpreter afresh; `pool_size` (2): interpreters kept
+      started and ready for new shells.
+    - `max_interpreters` (64): live interpreters at once (shells and background scripts); a
+      request over it waits up to `queue_timeout` (30 s) and is then refused.
+    - `max_background` (8): background scripts running at once; one more is refused.
+    - `idle_timeout` (900 s; None: never): an idle shell's interpreter is reclaimed after it.
+    - `log_limit`: bytes of a background script's log file (64 MiB).
     """
 
     def __init__(
@@ -94,6 +109,14 @@ class Runtime:
         output_limit: int = 1_000_000,
         text_limit: int = TEXT_LIMIT,
         start_timeout: float = 20.0,
+        preload: Iterable[str] = (),
+        fork: bool = True,
+        pool_size: int = 2,
+        max_interpreters: int = 64,
+        queue_timeout: float = 30.0,
+        max_background: int = 8,
+        idle_timeout: float | None = 900.0,
+        log_limit: int = 64 * 1024 * 1024,
     ) -> None:
         _positive("default_time_limit", default_time_limit)
         _positive("max_time_limit", max_time_limit)
@@ -109,6 +132,20 @@ class Runtime:
             raise ValueError("output_limit must be a whole number of bytes, at least 1024")
         if type(text_limit) is not int or text_limit < 1000:
             raise ValueError("text_limit must be a whole number of characters, at least 1000")
+        _positive("queue_timeout", queue_timeout)
+        _positive("idle_timeout", idle_timeout, allow_none=True)
+        for knob, value, least in (
+            ("pool_size", pool_size, 0),
+            ("max_interpreters", max_interpreters, 1),
+            ("max_background", max_background, 0),
+            ("log_limit", log_limit, 0),
+        ):
+            if type(value) is not int or value < least:
+                raise ValueError(f"{knob} must be a whole number, at least {least}")
+        preload = list(preload)
+        for module in preload:
+            if not isinstance(module, str) or not module.replace(".", "_").isidentifier():
+                raise ValueError(f"preload: {module!r} is not a module name")
         self._tool_specs = [_as_spec(item) for item in tools]
         self._mcp_config = mcp_config
         self.python = python or sys.executable
@@ -123,6 +160,21 @@ class Runtime:
         self.output_limit = output_limit
         self.text_limit = text_limit
         self.start_timeout = float(start_timeout)
+        self.preload = preload
+        self.fork = bool(fork)
+        self.pool_size = pool_size
+        self.max_interpreters = max_interpreters
+        self.queue_timeout = float(queue_timeout)
+        self.max_background = max_background
+        self.idle_timeout = idle_timeout
+        self.log_limit = log_limit
+        self.template_failure: str | None = None
+        """Why interpreters are started afresh instead of forked from the template, if so."""
+        self._template: Template | None = None
+        self._template_start: asyncio.Task[None] | None = None
+        self._pool: InterpreterPool | None = None
+        self._background: dict[str, ScriptHandle] = {}
+        self._catalogue_listeners: list[Callable[[], Any]] = []
         self._journal: Journal | None = None
         self._catalogue: ToolCatalogue | None = None
         self._mcp: Any = None
@@ -157,10 +209,61 @@ class Runtime:
             self._mcp = await MCPTools.open(self._mcp_config, log_dir)
             self.mcp_failures = dict(self._mcp.failures)
             specs.extend(self._mcp.specs())
+            self._mcp.set_on_change(self._tools_changed)
         self._catalogue = ToolCatalogue(specs, self.tool_timeout)
         self._workdir = Path(tempfile.mkdtemp(prefix="toolscript-"))
+        self._log_dir = base / "logs" / "background"
+        if self.fork and hasattr(os, "fork") and hasattr(os, "pidfd_open"):
+            self._template_start = asyncio.get_running_loop().create_task(self._start_template())
+        elif self.fork:
+            self.template_failure = "this system cannot fork from a template"
+        self._pool = InterpreterPool(
+            self._new_interpreter,
+            self.pool_size,
+            self.max_interpreters,
+            self.queue_timeout,
+            before_fill=self._template_start,
+        )
         self._started = True
+        self._pool.fill()
         return self
+
+    async def _start_template(self) -> None:
+        """Start the template in the background: until it is ready, interpreters are spawned."""
+        try:
+            self._template = await Template.start(
+                self.python, self.preload, scrubbed_environment(self._env), self.start_timeout
+            )
+        except TemplateError as error:
+            self.template_failure = error.reason
+            _log.warning("toolscript: interpreters will be started afresh: %s", error.reason)
+
+    async def template_ready(self) -> bool:
+        """Wait until the template has started (or failed to); True if interpreters fork."""
+        if self._template_start is not None:
+            await asyncio.shield(self._template_start)
+        return self._template is not None and self._template.alive
+
+    def _new_interpreter(self) -> Interpreter:
+        assert self._catalogue is not None and self._journal is not None
+        return Interpreter(self._launch(), self._catalogue, self._journal)
+
+    def _tools_changed(self, server: str) -> None:
+        """An MCP server's tool list changed: bindings follow for the next run."""
+        if self._closed or not self._started or self._mcp is None:
+            return
+        self._catalogue = ToolCatalogue([*self._tool_specs, *self._mcp.specs()], self.tool_timeout)
+        if self._pool is not None:
+            asyncio.get_running_loop().create_task(self._pool.discard_warm())
+        for listener in list(self._catalogue_listeners):
+            try:
+                listener()
+            except Exception:
+                _log.exception("toolscript: a catalogue listener failed")
+
+    def on_catalogue_change(self, listener: Callable[[], Any]) -> None:
+        """Have `listener()` called after the tool catalogue changed (an MCP server's list)."""
+        self._catalogue_listeners.append(listener)
 
     async def aclose(self) -> None:
         """Stop every interpreter, close the MCP servers and the journal. Bounded; idempotent."""
@@ -168,8 +271,18 @@ class Runtime:
             return
         self._closed = True
         await asyncio.gather(
-            *(shell.close() for shell in self._shells.values()), return_exceptions=True
+            *(handle.cancel("the runtime was closed") for handle in self._background.values()),
+            *(shell.close() for shell in self._shells.values()),
+            return_exceptions=True,
         )
+        if self._pool is not None:
+            await self._pool.close()
+        if self._template_start is not None and not self._template_start.done():
+            self._template_start.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._template_start
+        if self._template is not None:
+            await self._template.close()
         if self._mcp is not None:
             await self._mcp.aclose()
         if self._journal is not None:
@@ -235,18 +348,30 @@ class Runtime:
                 "or `await rt.start()`"
             )
 
-    def _launch(self, shell: str) -> Launch:
+    def _launch(self) -> Launch:
         assert self._workdir is not None
-        cwd = self._workdir / shell.replace("/", "_")
-        cwd.mkdir(parents=True, exist_ok=True)
         return Launch(
             python=self.python,
-            cwd=cwd,
+            cwd=self._workdir,
             env=scrubbed_environment(self._env),
             limits=self.limits,
             start_timeout=self.start_timeout,
             output_limit=self.output_limit,
+            template=self._template,
+            preload=tuple(self.preload),
         )
+
+    def _folder(self, shell: str) -> Path:
+        """A shell's own working directory (kept across its interpreters)."""
+        assert self._workdir is not None
+        folder = self._workdir / shell.replace("/", "_").replace(os.sep, "_")
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    @property
+    def background(self) -> list[ScriptHandle]:
+        """Background scripts still running."""
+        return [handle for handle in self._background.values() if handle.status() == "running"]
 
 
 class Shell:
@@ -261,10 +386,124 @@ class Shell:
         self._ended: asyncio.Event | None = None
         self._reset_reason: str | None = None
         self._told_uncertain = False
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     @property
     def busy(self) -> bool:
         return self._running is not None
+
+    async def start(
+        self,
+        code: str,
+        *,
+        time_limit: float | None = None,
+        on_done: Callable[[ScriptResult], Any] | None = None,
+    ) -> ScriptHandle:
+        """Start `code` in the background, in an interpreter of its own; returns at once.
+
+        The shell's foreground runs go on beside it (a background script does not share the
+        shell's variables). Its output goes to a log file under the state directory, and its
+        result carries the tail of each stream, the log's path and the same call report as a
+        foreground run. `on_done(result)` is called once when it ends, however it ends. One
+        over the runtime's `max_background` is refused (the handle is done at once).
+        """
+        runtime = self.runtime
+        runtime._check_open()
+        script_id = f"{self.name}:bg-{secrets.token_hex(5)}"
+        handle = ScriptHandle(script_id, on_done, runtime.grace)
+        limit, problem = self._check_request(code, time_limit)
+        running = len(runtime.background)
+        if problem is None and running >= runtime.max_background:
+            problem = (
+                f"{running} background scripts are running, the most this runtime allows "
+                f"(max_background={runtime.max_background}); wait for one to end, or cancel one"
+            )
+        if problem is not None:
+            handle._settle(self._refused(script_id, problem, time_limit))
+            return handle
+        runtime._background[script_id] = handle
+        handle._task = asyncio.get_running_loop().create_task(
+            self._run_background(handle, code, limit)
+        )
+        return handle
+
+    async def _run_background(self, handle: ScriptHandle, code: str, limit: float) -> None:
+        runtime = self.runtime
+        pool = runtime._pool
+        assert pool is not None
+        script_id = handle.id
+        result: ScriptResult | None = None
+        interpreter: Interpreter | None = None
+        log = None
+        try:
+            try:
+                interpreter = await pool.acquire()
+                await interpreter.adopt(self.name, 1, runtime._folder(self.name))
+            except (CapReached, InterpreterStartError) as error:
+                if interpreter is not None:
+                    await interpreter.kill()
+                    await pool.release()
+                    interpreter = None
+                result = self._refused(
+                    script_id, f"no interpreter could be had: {error.reason}", limit
+                )
+                return
+            handle._interpreter = interpreter
+            runtime._log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = runtime._log_dir / f"{script_id.replace(':', '_').replace('/', '_')}.log"
+            log = open(log_path, "wb")  # noqa: SIM115 - closed in finally
+            handle.log_path = str(log_path)
+            interpreter._stdout.log_to(log, runtime.log_limit)
+            interpreter._stderr.log_to(log, runtime.log_limit)
+            runtime.journal.begin_script(script_id, self.name, 1, code, time.time())
+            started = time.monotonic()
+            outcome = await interpreter.execute(script_id, code, limit, runtime.grace)
+            result = _with(
+                _result_from(outcome, runtime, limit, []),
+                generation=interpreter.generation,
+                script_id=script_id,
+                shell=self.name,
+                duration=time.monotonic() - started,
+                log_path=str(log_path),
+            )
+            journal = runtime._journal
+            assert journal is not None
+            journal.end_script(script_id, result.status, time.time())
+        finally:
+            if interpreter is not None:
+                await asyncio.shield(interpreter.close())
+                await pool.release()
+            if log is not None:
+                log.close()
+            runtime._background.pop(script_id, None)
+            handle._settle(
+                result
+                if result is not None
+                else ScriptResult(
+                    status="cancelled",
+                    note="The background script was abandoned while it started.",
+                    script_id=script_id,
+                    shell=self.name,
+                    time_limit=limit,
+                    text_limit=runtime.text_limit,
+                )
+            )
+
+    def _check_request(self, code: object, time_limit: float | None) -> tuple[float, str | None]:
+        runtime = self.runtime
+        limit = runtime.default_time_limit if time_limit is None else time_limit
+        if not isinstance(code, str):
+            return limit, "code must be a string of Python source"
+        try:
+            _positive("time_limit", limit)
+        except ValueError as error:
+            return limit, str(error)
+        if limit > runtime.max_time_limit:
+            return limit, (
+                f"time_limit {limit:g} s is over this runtime's maximum of "
+                f"{runtime.max_time_limit:g} s"
+            )
+        return float(limit), None
 
     async def run(self, code: str, *, time_limit: float | None = None) -> ScriptResult:
         """Run one script and return its result, whatever happens to it.
@@ -275,27 +514,17 @@ class Shell:
         runtime = self.runtime
         runtime._check_open()
         script_id = f"{self.name}:{secrets.token_hex(5)}"
-        if not isinstance(code, str):
-            return self._refused(script_id, "code must be a string of Python source", time_limit)
-        if self._running is not None:
-            return self._refused(
-                script_id,
+        limit, problem = self._check_request(code, time_limit)
+        if problem is None and self._running is not None:
+            problem = (
                 f"this shell is already running script {self._running}; wait for it to end, "
-                "or run this in another shell",
-                time_limit,
+                "or run this in another shell"
             )
-        limit = runtime.default_time_limit if time_limit is None else time_limit
-        try:
-            _positive("time_limit", limit)
-        except ValueError as error:
-            return self._refused(script_id, str(error), time_limit)
-        if limit > runtime.max_time_limit:
-            return self._refused(
-                script_id,
-                f"time_limit {limit:g} s is over this runtime's maximum of "
-                f"{runtime.max_time_limit:g} s",
-                time_limit,
-            )
+        if problem is not None:
+            return self._refused(script_id, problem, time_limit)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         self._running = script_id
         self._ended = asyncio.Event()
         try:
@@ -303,6 +532,39 @@ class Shell:
         finally:
             self._running = None
             self._ended.set()
+            self._arm_idle_timer()
+
+    def _arm_idle_timer(self) -> None:
+        idle = self.runtime.idle_timeout
+        if idle is not None and self._interpreter is not None and not self.runtime._closed:
+            self._idle_timer = asyncio.get_running_loop().call_later(idle, self._reclaim)
+
+    def _reclaim(self) -> None:
+        """The shell was idle past `idle_timeout`: its interpreter goes, its state with it."""
+        self._idle_timer = None
+        interpreter = self._interpreter
+        if interpreter is None or self._running is not None:
+            return
+        self._interpreter = None
+        idle = self.runtime.idle_timeout or 0
+        self._reset_reason = f"the shell was idle for {idle:g} s, so its interpreter was reclaimed"
+        asyncio.get_running_loop().create_task(
+            self._drop(interpreter, close=True, abandon_calls=False)
+        )
+
+    async def _drop(
+        self, interpreter: Interpreter, *, close: bool, abandon_calls: bool = True
+    ) -> None:
+        """An interpreter this shell held is gone or going: end it and free its place."""
+        pool = self.runtime._pool
+        try:
+            if close:
+                await interpreter.close(abandon_calls=abandon_calls)
+            else:
+                await interpreter.kill()
+        finally:
+            if pool is not None:
+                await pool.release()
 
     async def _run(self, script_id: str, code: str, limit: float) -> ScriptResult:
         runtime = self.runtime
@@ -315,6 +577,9 @@ class Shell:
             return self._refused(
                 script_id, f"the interpreter could not start: {error.reason}", limit
             )
+        except CapReached as error:
+            return self._refused(script_id, error.reason, limit)
+        fresh = reset_note is not None or interpreter.generation == 1
         if reset_note:
             notes.append(reset_note)
         for key, why in interpreter.bind_failures:
@@ -328,10 +593,21 @@ class Shell:
                 self._conclude(
                     script_id, interpreter, interpreter.last_outcome, limit, started, notes
                 )
+            if self._interpreter is not interpreter:
+                await asyncio.shield(self._drop(interpreter, close=False))
             raise
+        if outcome.never_started and not fresh:
+            # The interpreter died between two scripts, before this one began: nothing ran,
+            # so it runs once more, in a fresh interpreter, with the reason in the note.
+            journal.end_script(script_id, "refused", time.time())
+            self._interpreter = None
+            self._reset_reason = _reset_words(outcome, "crashed") + " between two scripts"
+            await self._drop(interpreter, close=False)
+            return await self._run(script_id + "r", code, limit)
         result = self._conclude(script_id, interpreter, outcome, limit, started, notes)
-        if self._interpreter is not interpreter and interpreter.alive:
-            await interpreter.kill()  # dropped while still running (out of memory): end it
+        if self._interpreter is not interpreter:
+            # Replaced (killed, crashed, out of memory): end it if it still lives, free its place.
+            await self._drop(interpreter, close=False)
         return result
 
     def _conclude(
@@ -363,29 +639,37 @@ class Shell:
     async def _interpreter_for_run(self) -> tuple[Interpreter, str | None]:
         interpreter = self._interpreter
         if interpreter is not None and interpreter.alive:
+            catalogue = self.runtime.catalogue
+            if interpreter.catalogue is not catalogue:
+                try:
+                    await interpreter.rebind(catalogue)  # an MCP server's tools changed
+                except InterpreterStartError:
+                    self._interpreter = None
+                    await self._drop(interpreter, close=False)
+                    raise
             return interpreter, None
         note = None
         if interpreter is not None:
             self._reset_reason = self._reset_reason or (
                 f"the previous interpreter ended ({interpreter.fault or 'it exited'})"
             )
-            await interpreter.kill()
             self._interpreter = None
+            await self._drop(interpreter, close=False)
         if self._reset_reason is not None:
             note = (
                 f"This run started a fresh interpreter: {self._reset_reason}. Variables, "
                 "imports and tasks from earlier runs are gone."
             )
         runtime = self.runtime
+        pool = runtime._pool
+        assert pool is not None
+        interpreter = await pool.acquire()
+        try:
+            await interpreter.adopt(self.name, self.generation + 1, runtime._folder(self.name))
+        except BaseException:
+            await self._drop(interpreter, close=False)
+            raise
         self.generation += 1
-        interpreter = Interpreter(
-            runtime._launch(self.name),
-            runtime.catalogue,
-            runtime.journal,
-            self.name,
-            self.generation,
-        )
-        await interpreter.start()
         self._interpreter = interpreter
         self._reset_reason = None
         return interpreter, note
@@ -427,9 +711,69 @@ class Shell:
             if self._ended is not None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._ended.wait(), OUTPUT_END_WAIT + SHUTDOWN_WAIT)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         interpreter, self._interpreter = self._interpreter, None
         if interpreter is not None:
-            await interpreter.close()
+            await self._drop(interpreter, close=True)
+
+
+class ScriptHandle:
+    """A background script: ask its status, await its result, or cancel it.
+
+    `id` is its script id (in the journal too); `log_path` its log file once it started.
+    """
+
+    def __init__(
+        self, script_id: str, on_done: Callable[[ScriptResult], Any] | None, grace: float
+    ) -> None:
+        self.id = script_id
+        self._grace = grace
+        self.log_path: str | None = None
+        self._on_done = on_done
+        self._result: asyncio.Future[ScriptResult] = asyncio.get_running_loop().create_future()
+        self._task: asyncio.Task[None] | None = None
+        self._interpreter: Interpreter | None = None
+
+    def status(self) -> str:
+        """`"running"` until it ends, then its result's status."""
+        if not self._result.done():
+            return "running"
+        return self._result.result().status
+
+    def done(self) -> bool:
+        return self._result.done()
+
+    async def result(self) -> ScriptResult:
+        """Its result, once it has ended (waits until then)."""
+        return await asyncio.shield(self._result)
+
+    async def cancel(self, reason: str = "cancelled by the caller") -> ScriptResult:
+        """Stop it (interrupt, then a kill after the grace period) and return its result."""
+        if not self._result.done():
+            interpreter = self._interpreter
+            if interpreter is not None and interpreter.busy:
+                await interpreter.stop(reason, self._grace)
+            elif self._task is not None:
+                self._task.cancel()
+        return await self.result()
+
+    def _settle(self, result: ScriptResult) -> None:
+        if self._result.done():
+            return
+        self._result.set_result(result)
+        if self._on_done is not None:
+            asyncio.get_running_loop().call_soon(self._call_on_done, result)
+
+    def _call_on_done(self, result: ScriptResult) -> None:
+        assert self._on_done is not None
+        try:
+            outcome = self._on_done(result)
+            if asyncio.iscoroutine(outcome):
+                asyncio.get_running_loop().create_task(outcome)
+        except Exception:
+            _log.exception("toolscript: on_done of background script %s failed", self.id)
 
 
 def _as_spec(item: Any) -> ToolSpec:

@@ -43,7 +43,7 @@ async def test_a_python_that_exits_at_once_is_refused_with_what_it_said(
     make_runtime: MakeRuntime, tmp_path: Path
 ) -> None:
     python = fake_python(tmp_path, "echo 'this is not python' >&2\nexit 1")
-    runtime = await make_runtime(python=python, start_timeout=5)
+    runtime = await make_runtime(python=python, fork=False, pool_size=0, start_timeout=5)
     started = time.monotonic()
     result = await runtime.run("print('never')")
     assert time.monotonic() - started < 4
@@ -57,7 +57,7 @@ async def test_a_python_that_never_becomes_ready_is_refused_within_the_start_tim
     make_runtime: MakeRuntime, tmp_path: Path
 ) -> None:
     python = fake_python(tmp_path, "exec sleep 60")
-    runtime = await make_runtime(python=python, start_timeout=1)
+    runtime = await make_runtime(python=python, fork=False, pool_size=0, start_timeout=1)
     before = children_of_this_process()
     started = time.monotonic()
     result = await runtime.run("print('never')")
@@ -73,7 +73,7 @@ async def test_a_shell_refused_for_a_broken_python_tries_again_on_the_next_run(
     make_runtime: MakeRuntime, tmp_path: Path
 ) -> None:
     python = fake_python(tmp_path, "echo broken >&2; exit 1")
-    runtime = await make_runtime(python=python)
+    runtime = await make_runtime(python=python, fork=False, pool_size=0)
     assert (await runtime.run("1")).status == "refused"
     Path(python).write_text(f'#!/bin/sh\nexec {os.sys.executable} "$@"\n')
     assert (await runtime.run("1 + 1")).value == "2"
@@ -127,7 +127,7 @@ async def test_cancelling_a_run_while_its_interpreter_starts_leaves_no_process(
     # A Python that announces itself, then never becomes ready: the cancel lands in start-up.
     announced = tmp_path / "announced"
     python = fake_python(tmp_path, f"touch {announced}\nexec sleep 60")
-    runtime = await make_runtime(python=python, start_timeout=15)
+    runtime = await make_runtime(python=python, fork=False, pool_size=0, start_timeout=15)
     before = children_of_this_process()
     running = asyncio.create_task(runtime.run("1"))
     await wait_for_file(announced)
@@ -139,6 +139,29 @@ async def test_cancelling_a_run_while_its_interpreter_starts_leaves_no_process(
     await runtime.aclose()
     for pid in started:
         assert is_gone(pid), f"the starting kernel {pid} was left running"
+
+
+@pytest.mark.timeout(30)
+async def test_a_broken_python_with_the_template_and_warm_pool_is_refused_and_leaves_nothing(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    # The default knobs: the template and the warm pool start in the background under the
+    # same broken Python. The run is still refused within the bound; closing ends them all.
+    python = fake_python(tmp_path, "exec sleep 60")
+    before = children_of_this_process()
+    runtime = await make_runtime(python=python, start_timeout=1)
+    started = time.monotonic()
+    result = await runtime.run("print('never')")
+    assert time.monotonic() - started < 1 + 3
+    assert result.status == "refused"
+    assert "did not answer" in result.note
+    assert await asyncio.wait_for(runtime.template_ready(), 5) is False
+    assert runtime.template_failure is not None and "did not become ready" in (
+        runtime.template_failure
+    )
+    await runtime.aclose()
+    left = children_of_this_process() - before
+    assert all(is_gone(pid) for pid in left), "a process of the broken Python was left running"
 
 
 @pytest.mark.timeout(20)

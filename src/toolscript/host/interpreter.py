@@ -26,22 +26,13 @@ from .calls import CallLedger, CallReport
 from .catalogue import Answer, ToolCatalogue
 from .journal import Journal
 from .output import Captured, StreamCapture
-
-KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernel"
-
-# Loads the kernel folder as a standalone package, so the chosen Python needs nothing of
-# toolscript installed and never imports the host's modules.
-_BOOTSTRAP = (
-    "import sys, importlib.util as u\n"
-    "s = u.spec_from_file_location('toolscript_kernel', sys.argv[1] + '/__init__.py',"
-    " submodule_search_locations=[sys.argv[1]])\n"
-    "m = u.module_from_spec(s); sys.modules['toolscript_kernel'] = m; s.loader.exec_module(m)\n"
-    "from toolscript_kernel.__main__ import main\n"
-    "main(sys.argv[2:])\n"
-)
+from .template import Template, TemplateError, kernel_command
 
 OUTPUT_END_WAIT = 2.0
 """Seconds to wait, after a script ends, for its output's end marker on both pipes."""
+
+EXIT_STATUS_WAIT = 1.0
+"""Seconds to wait for the template's word on how a forked kernel ended."""
 
 CHANNEL_LOST_WAIT = 1.0
 """Seconds a kernel whose channel closed has to exit before that counts as a fault."""
@@ -60,7 +51,8 @@ class InterpreterStartError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Launch:
-    """How to start a kernel."""
+    """How to start a kernel: spawned under `python`, or forked from `template` when given
+    (a template that cannot fork falls back to spawning)."""
 
     python: str = sys.executable
     cwd: Path | None = None
@@ -68,6 +60,8 @@ class Launch:
     limits: dict[str, int | None] = field(default_factory=dict)
     start_timeout: float = 20.0
     output_limit: int = 1_000_000
+    template: Template | None = None
+    preload: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +82,8 @@ class Outcome:
     exit_description: str | None = None
     fault: str | None = None
     unattributed_bytes: int = 0
+    never_started: bool = False
+    """The interpreter was gone before the script began (it died between two scripts)."""
 
 
 class Interpreter:
@@ -98,14 +94,19 @@ class Interpreter:
         launch: Launch,
         catalogue: ToolCatalogue,
         journal: Journal,
-        shell: str,
-        generation: int,
+        shell: str = "",
+        generation: int = 0,
     ) -> None:
         self.launch = launch
         self.generation = generation
         self.shell = shell
         self.catalogue = catalogue
+        self._journal = journal
         self.ledger = CallLedger(f"{secrets.token_hex(4)}-{generation}", shell, journal)
+        self.forked = False
+        self._started = False
+        self._pidfd: int | None = None
+        self._status: asyncio.Future[int] | None = None
         self.pid: int | None = None
         self.bind_failures: list[tuple[str, str]] = []
         self.python_version: str | None = None
@@ -132,7 +133,30 @@ class Interpreter:
 
     @property
     def alive(self) -> bool:
-        return self._process is not None and not self._exited.is_set() and self.fault is None
+        return self._started and not self._exited.is_set() and self.fault is None
+
+    async def adopt(self, shell: str, generation: int, cwd: Path | None) -> None:
+        """Give a started (pooled) interpreter to a shell: its name, generation and folder.
+
+        Raises `InterpreterStartError` if the kernel cannot change to `cwd`.
+        """
+        self.shell = shell
+        self.generation = generation
+        self.ledger = CallLedger(f"{secrets.token_hex(4)}-{generation}", shell, self._journal)
+        if cwd is not None:
+            answer = await self._expect(
+                "set", self.launch.start_timeout, {"t": "setup", "cwd": str(cwd)}
+            )
+            if answer.get("error"):
+                raise InterpreterStartError(f"the kernel could not enter {cwd}: {answer['error']}")
+
+    async def rebind(self, catalogue: ToolCatalogue) -> None:
+        """Bind a changed catalogue (an MCP server's tool list changed) before the next run."""
+        bound = await self._expect(
+            "bound", self.launch.start_timeout, {"t": "bind", "plans": catalogue.plans}
+        )
+        self.catalogue = catalogue
+        self.bind_failures = [(str(item[0]), str(item[1])) for item in bound.get("failures", [])]
 
     @property
     def busy(self) -> bool:
@@ -141,35 +165,17 @@ class Interpreter:
     async def start(self) -> None:
         """Start the kernel, wait for `ready`, bind the tools. Raises `InterpreterStartError`."""
         loop = asyncio.get_running_loop()
-        host_end, kernel_end = socket.socketpair()
-        config = json.dumps({"limits": self.launch.limits})
-        args = ["-I", "-c", _BOOTSTRAP, str(KERNEL_DIR), str(kernel_end.fileno()), config]
-        try:
-            transport, _ = await loop.subprocess_exec(
-                lambda: _ProcessProtocol(self),
-                self.launch.python,
-                *args,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                pass_fds=(kernel_end.fileno(),),
-                env=self.launch.env,
-                cwd=self.launch.cwd,
-                start_new_session=True,
-            )
-        except (OSError, ValueError) as error:
-            host_end.close()
-            kernel_end.close()
-            raise InterpreterStartError(
-                f"the Python at {self.launch.python!r} could not be started: {error}"
-            ) from None
-        finally:
-            kernel_end.close()
-        self._process = transport
-        self.pid = transport.get_pid()
         # Start-up output is the kernel's, not a script's: kept to explain a failed start.
         self._stdout.begin(secrets.token_hex(8), at_start_marker=False)
         self._stderr.begin(secrets.token_hex(8), at_start_marker=False)
+        host_end = None
+        template = self.launch.template
+        if template is not None and template.alive:
+            with contextlib.suppress(TemplateError):
+                host_end = await self._fork(template)
+        if host_end is None:
+            host_end = await self._spawn()
+        self._started = True
         try:
             self._channel, _ = await loop.connect_accepted_socket(
                 lambda: _ChannelProtocol(self), sock=host_end
@@ -192,6 +198,77 @@ class Interpreter:
             # Nobody holds this interpreter yet, so nobody else would ever stop it.
             await asyncio.shield(self.kill())
             raise
+
+    async def _spawn(self) -> socket.socket:
+        loop = asyncio.get_running_loop()
+        host_end, kernel_end = socket.socketpair()
+        config = json.dumps({"limits": self.launch.limits, "preload": list(self.launch.preload)})
+        command = kernel_command(self.launch.python, "__main__", str(kernel_end.fileno()), config)
+        try:
+            transport, _ = await loop.subprocess_exec(
+                lambda: _ProcessProtocol(self),
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                pass_fds=(kernel_end.fileno(),),
+                env=self.launch.env,
+                cwd=self.launch.cwd,
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as error:
+            host_end.close()
+            raise InterpreterStartError(
+                f"the Python at {self.launch.python!r} could not be started: {error}"
+            ) from None
+        finally:
+            kernel_end.close()
+        self._process = transport
+        self.pid = transport.get_pid()
+        return host_end
+
+    async def _fork(self, template: Template) -> socket.socket:
+        """A kernel forked from the template: pipes read here, its end seen through a pidfd
+        (it is the template's child, not ours), its exit status reported by the template."""
+        loop = asyncio.get_running_loop()
+        launch = self.launch
+        forked = await template.fork(launch.cwd, launch.env, launch.limits, launch.start_timeout)
+        self.forked = True
+        self.pid = forked.pid
+        self._status = forked.status
+        try:
+            self._pidfd = os.pidfd_open(forked.pid)
+        except OSError:
+            self._pidfd = None  # it is gone already; the status will say how
+        for fd, pipe in ((1, forked.stdout), (2, forked.stderr)):
+            await loop.connect_read_pipe(
+                lambda fd=fd: _PipeProtocol(self, fd),  # type: ignore[misc]
+                os.fdopen(pipe, "rb", buffering=0),
+            )
+        if self._pidfd is None:
+            loop.call_soon(self._forked_exited)
+        else:
+            loop.add_reader(self._pidfd, self._forked_exited)
+        return forked.channel
+
+    def _forked_exited(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._pidfd is not None:
+            loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        status = self._status
+        assert status is not None
+
+        def report(_: object = None) -> None:
+            if not self._exited.is_set():
+                self.exited(status.result() if status.done() and not status.cancelled() else None)
+
+        if status.done():
+            report()
+        else:
+            status.add_done_callback(report)
+            loop.call_later(EXIT_STATUS_WAIT, report)  # the template may be gone: no status
 
     async def _expect(
         self, kind: str, timeout: float, request: dict[str, Any] | None = None
@@ -218,8 +295,13 @@ class Interpreter:
             )
         raise InterpreterStartError(f"the kernel did not answer {kind!r} within {timeout:g} s")
 
-    async def close(self) -> None:
-        """Ask the kernel to exit; kill its whole process group if it does not in time."""
+    async def close(self, *, abandon_calls: bool = True) -> None:
+        """Ask the kernel to exit; kill its whole process group if it does not in time.
+
+        With `abandon_calls`, handlers still running for its calls are cancelled too (the
+        runtime is closing); otherwise they finish under their own timeouts, so the journal
+        learns their answers.
+        """
         self.closing = True
         if self.alive:
             self.send({"t": "shutdown"})
@@ -228,6 +310,9 @@ class Interpreter:
             except TimeoutError:
                 pass
         await self.kill()
+        if abandon_calls:
+            for task in list(self._tasks):
+                task.cancel()
 
     async def kill(self) -> None:
         """Kill the kernel and everything in its process group; bounded."""
@@ -236,16 +321,17 @@ class Interpreter:
                 os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        if self._process is not None:
+        if self._started:
             try:
                 await asyncio.wait_for(self._exited.wait(), SHUTDOWN_WAIT)
             except TimeoutError:
                 pass
+        if self._process is not None:
             self._process.close()
         if self._channel is not None:
             self._channel.close()
-        for task in list(self._tasks):
-            task.cancel()
+        # Handlers of its calls still in flight are left to finish under their own timeouts:
+        # their answers tell the journal what happened. `close()` abandons them.
 
     # -- scripts -----------------------------------------------------------------------------
 
@@ -314,6 +400,7 @@ class Interpreter:
         else:
             await self._stdout.wait_ended(OUTPUT_END_WAIT)
             await self._stderr.wait_ended(OUTPUT_END_WAIT)
+        never_started = gone and not self._stdout.started and not self._stderr.started
         stdout = self._stdout.take()
         stderr = self._stderr.take()
         calls = self.ledger.settle(interpreter_gone=gone)
@@ -334,6 +421,7 @@ class Interpreter:
             exit_description=describe_exit(self.returncode) if gone else None,
             fault=self.fault,
             unattributed_bytes=self._stdout.unattributed_bytes + self._stderr.unattributed_bytes,
+            never_started=never_started,
         )
 
     # -- the wire ----------------------------------------------------------------------------
@@ -413,7 +501,7 @@ class Interpreter:
         if self.fault is not None:
             return
         self.fault = reason
-        if self._process is not None and self.pid is not None:
+        if self._started and self.pid is not None:
             try:
                 os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -474,6 +562,21 @@ class _ChannelProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._interpreter.channel_lost()
+
+
+class _PipeProtocol(asyncio.Protocol):
+    def __init__(self, interpreter: Interpreter, fd: int) -> None:
+        self._interpreter = interpreter
+        self._fd = fd
+
+    def data_received(self, data: bytes) -> None:
+        self._interpreter.pipe_data(self._fd, data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._interpreter.pipe_closed(self._fd)
 
 
 class _ProcessProtocol(asyncio.SubprocessProtocol):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import BinaryIO
 
 
 def cut_middle(text: str, limit: int, unit: str = "characters") -> str:
@@ -55,6 +56,8 @@ class StreamCapture:
         self.unattributed_bytes = 0
         self._ended = asyncio.Event()
         self.closed = False
+        self._sink: BinaryIO | None = None
+        self._sink_room = 0
 
     def begin(self, nonce: str, *, at_start_marker: bool = True) -> None:
         """Attribute a new script's output, from the start marker made from `nonce` (or at
@@ -146,6 +149,8 @@ class StreamCapture:
     def _keep(self, data: bytes) -> None:
         if not data:
             return
+        if self._sink is not None:
+            self._write_log(data)
         self._total += len(data)
         room = self._half - len(self._head)
         if room > 0:
@@ -159,8 +164,39 @@ class StreamCapture:
             del tail[: len(tail) - self._half]
 
     @property
+    def started(self) -> bool:
+        """Whether the current script's start marker was read (so the script began)."""
+        return not self._waiting
+
+    def log_to(self, sink: BinaryIO | None, limit: int) -> None:
+        """Also write every byte of the current script's output to `sink`, up to `limit`."""
+        self._sink = sink
+        self._sink_room = limit
+
+    def _write_log(self, data: bytes) -> None:
+        assert self._sink is not None
+        if self._sink_room <= 0:
+            return
+        chunk = data[: self._sink_room]
+        self._sink_room -= len(chunk)
+        if not _write_log_chunk(self._sink, chunk):
+            self._sink = None
+            return
+        if self._sink_room <= 0:
+            _write_log_chunk(self._sink, b"\n[toolscript: the log reached its size limit here]\n")
+
+    @property
     def held_bytes(self) -> int:
         return len(self._head) + len(self._tail) + len(self._window)
+
+
+def _write_log_chunk(sink: BinaryIO, data: bytes) -> bool:
+    try:
+        sink.write(data)
+        sink.flush()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _decode(data: bytes) -> str:

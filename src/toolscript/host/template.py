@@ -102,14 +102,19 @@ class Template:
         try:
             ready = await asyncio.wait_for(asyncio.shield(template._ready), timeout)
         except (TimeoutError, TemplateError) as error:
-            stderr = await template._stderr_tail()
-            await template.close()
+            try:
+                stderr = await template._stderr_tail()
+            finally:
+                await asyncio.shield(template.close())
             reason = (
                 error.reason
                 if isinstance(error, TemplateError)
-                else (f"the template did not become ready within {timeout:g} s")
+                else f"the template did not become ready within {timeout:g} s"
             )
             raise TemplateError(f"{reason}{stderr}") from None
+        except BaseException:  # cancelled while it started: nobody else would end it
+            await asyncio.shield(template.close())
+            raise
         if ready.get("threads"):
             await template.close()
             raise TemplateError(

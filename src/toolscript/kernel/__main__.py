@@ -7,6 +7,7 @@ Python needs nothing of toolscript installed.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -44,6 +45,11 @@ def main(argv: list[str]) -> None:
     channel = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
     apply_limits(config.get("limits", {}))
+    for name in config.get("preload", []):
+        try:
+            importlib.import_module(str(name))
+        except BaseException as error:  # a preload failure is said, not fatal
+            print(f"toolscript: preload {name!r} failed: {error!r}", file=sys.stderr)
     Kernel(channel).serve()
 
 

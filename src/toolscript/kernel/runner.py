@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import builtins
+import contextlib
 import io
 import linecache
 import os
@@ -95,6 +96,7 @@ class Kernel:
             "ToolTimeout": ToolTimeout,
         }
         self.calls = CallTable(self.loop, self.post, self._current_script_id, self._stopping)
+        self._bound_names: set[str] = set()
         self._tools_module = types.ModuleType("tools", "The tools bound into this interpreter.")
         self._tools_module.ToolError = ToolError  # type: ignore[attr-defined]
         self._tools_module.ToolTimeout = ToolTimeout  # type: ignore[attr-defined]
@@ -137,6 +139,8 @@ class Kernel:
                 self._start_script(message)
             elif kind == "bind":
                 self._bind(message.get("plans", []))
+            elif kind == "setup":
+                self._setup(message)
             elif kind == "shutdown":
                 self._flush()
                 os._exit(0)
@@ -273,12 +277,29 @@ class Kernel:
         from .binding import bind
 
         bound = bind(plans, self.calls.invoke)
+        for name in self._bound_names - bound.top_level.keys():
+            # A tool the catalogue no longer has: its name goes, unless the script reused it.
+            if getattr(self._tools_module, name, None) is self.namespace.get(name):
+                self.namespace.pop(name, None)
+            with contextlib.suppress(AttributeError):
+                delattr(self._tools_module, name)
+        self._bound_names = set(bound.top_level)
         for name, value in bound.top_level.items():
             self.namespace[name] = value
             setattr(self._tools_module, name, value)
         self.calls.tool_qualnames = frozenset(bound.qualnames)
         failures = [[key, why] for key, why in bound.failures]
         self.post(encode({"t": "bound", "failures": failures}))
+
+    def _setup(self, message: dict[str, Any]) -> None:
+        error = None
+        cwd = message.get("cwd")
+        if isinstance(cwd, str):
+            try:
+                os.chdir(cwd)
+            except OSError as problem:
+                error = f"{type(problem).__name__}: {problem}"
+        self.post(encode({"t": "set", "error": error}))
 
     def _patch_asyncio_run(self) -> None:
         original = asyncio.run

@@ -98,8 +98,8 @@ class ToolscriptServer:
         runtime: Runtime,
         *,
         transport: Transport = "stdio",
-        progress_after: float = 3.0,
-        progress_every: float = 3.0,
+        progress_after: float = 2.0,
+        progress_every: float = 2.0,
         keep_results_for: float = 3600.0,
         keep_results: int = 100,
     ) -> None:
