@@ -1,0 +1,68 @@
+"""What the client's model reads: the tool list, small and large catalogues (in-process)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from toolscript import Runtime, ToolSpec
+from toolscript.serve import ToolscriptServer
+from toolscript.serve.description import STUBS_LIMIT
+from toolscript.tools.spec import ToolOutcome
+
+
+def _specs(count: int, server: str = "crm") -> list[ToolSpec]:
+    async def handler(arguments: dict[str, Any]) -> ToolOutcome:
+        return ToolOutcome(value="done")
+
+    return [
+        ToolSpec(
+            name=f"find-record-{number}",
+            description=f"Find records of kind {number}. " + "Details. " * 30,
+            input_schema={
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "required": ["query"],
+            },
+            handler=handler,
+            server=server,
+        )
+        for number in range(count)
+    ]
+
+
+async def _tools(runtime: Runtime) -> dict[str, Any]:
+    async with Client(ToolscriptServer(runtime).server) as client:
+        listed = await client.list_tools()
+        return {tool.name: tool for tool in listed.tools}
+
+
+@pytest.mark.timeout(30)
+async def test_a_small_catalogue_is_described_as_stubs_in_run_python() -> None:
+    async with Runtime(tools=_specs(3), journal=":memory:", pool_size=0) as runtime:
+        tools = await _tools(runtime)
+    assert set(tools) == {"run_python", "script_status", "cancel_script"}
+    description = tools["run_python"].description or ""
+    assert "async def find_record_1(*, query: str" in description
+    for promise in ("await", "stay for your next", "may still take effect", "exit code"):
+        assert promise in description
+
+
+@pytest.mark.timeout(30)
+async def test_a_large_catalogue_is_named_and_its_stubs_are_found_with_list_tools() -> None:
+    async with Runtime(tools=_specs(60), journal=":memory:", pool_size=0) as runtime:
+        assert len(runtime.prompt()) > STUBS_LIMIT
+        async with Client(ToolscriptServer(runtime).server) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert "list_tools" in listed
+            description = listed["run_python"].description or ""
+            assert "async def" not in description and "find_record_59" in description
+            assert "list_tools" in description
+            found = await client.call_tool("list_tools", {"query": "kind 42."})
+            assert found.structured_content is not None
+            assert found.structured_content["matched"] == 1
+            assert "async def find_record_42(*, query: str" in found.structured_content["stubs"]
+            nothing = await client.call_tool("list_tools", {"query": "no such words"})
+            assert nothing.is_error

@@ -1,0 +1,143 @@
+"""`toolscript serve --http` on 127.0.0.1, driven by the official MCP client and by raw HTTP."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from .conftest import HTTPServer, client, http_server, run, structured
+
+HANDSHAKE = "2025-11-25"
+
+
+@pytest.mark.timeout(45)
+async def test_over_http_a_script_calls_an_upstream_tool_and_the_new_token_file_is_private(
+    tmp_path: Path,
+) -> None:
+    async with http_server(tmp_path) as server:
+        assert stat.S_IMODE(os.stat(server.token_file).st_mode) == 0o600
+        assert sum("wrote a new bearer token" in line for line in server.said) == 1
+        assert not any(server.token in line for line in server.said)
+        async with client(server.transport()) as session:
+            result = await run(session, "await demo.echo(text='through')")
+            assert structured(result)["value"] == "'through'"
+            assert structured(result)["calls"]["records"][0]["fate"] == "seen"
+
+
+@pytest.mark.timeout(45)
+async def test_two_client_sessions_at_once_have_separate_shells_and_state(
+    tmp_path: Path,
+) -> None:
+    async with (
+        http_server(tmp_path) as server,
+        client(server.transport()) as first,
+        client(server.transport()) as second,
+    ):
+        await run(first, "x = 'first'")
+        await run(second, "x = 'second'")
+        answers: dict[str, dict[str, Any]] = {}
+
+        async def read(name: str, session: Any) -> None:
+            # Both at once: neither shell is busy with the other's script.
+            answers[name] = structured(await run(session, "import time\ntime.sleep(0.3)\nx"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(read, "first", first)
+            group.start_soon(read, "second", second)
+        assert answers["first"]["value"] == "'first'"
+        assert answers["second"]["value"] == "'second'"
+        assert answers["first"]["shell"] != answers["second"]["shell"]
+
+
+@pytest.mark.timeout(45)
+async def test_a_request_without_the_right_token_gets_401_and_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {
+            "name": "run_python",
+            "arguments": {"code": f"open({str(marker)!r}, 'w').write('ran')"},
+        },
+    }
+    async with http_server(tmp_path) as server, httpx2.AsyncClient(timeout=30) as http:
+        session_id = await _handshake(http, server)
+        bad_headers: list[dict[str, str]] = [
+            {},
+            {"Authorization": "Bearer not-the-token"},
+            {"Authorization": f"Basic {server.token}"},
+            {"Authorization": f"Bearer {server.token}x"},
+        ]
+        for bad in bad_headers:
+            refused = await http.post(
+                server.url, json=call, headers={**_headers(session_id), **bad}
+            )
+            assert refused.status_code == 401, bad
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+        assert not marker.exists()
+        allowed = await http.post(
+            server.url,
+            json=call,
+            headers={**_headers(session_id), "Authorization": f"Bearer {server.token}"},
+        )
+        assert allowed.status_code == 200
+        assert marker.read_text() == "ran"  # the same request with the token does run
+
+
+@pytest.mark.timeout(45)
+async def test_closing_a_client_session_reclaims_its_interpreter(tmp_path: Path) -> None:
+    async with http_server(tmp_path) as server:
+        async with client(server.transport()) as session:
+            result = await run(session, "import os\nos.getpid()")
+            pid = int(structured(result)["value"])
+        descriptor = os.pidfd_open(pid)
+        try:
+            with anyio.fail_after(20):
+                await anyio.wait_readable(descriptor)  # readable once the process has ended
+        finally:
+            os.close(descriptor)
+
+
+async def _handshake(http: httpx2.AsyncClient, server: HTTPServer) -> str:
+    """Open a session by hand (with the token), refused first without it; its id."""
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": HANDSHAKE,
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    refused = await http.post(server.url, json=initialize, headers=_headers(None))
+    assert refused.status_code == 401
+    assert "mcp-session-id" not in refused.headers
+    token = {"Authorization": f"Bearer {server.token}"}
+    opened = await http.post(server.url, json=initialize, headers={**_headers(None), **token})
+    assert opened.status_code == 200, opened.text
+    session_id = opened.headers["mcp-session-id"]
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    ready = await http.post(server.url, json=initialized, headers={**_headers(session_id), **token})
+    assert ready.status_code == 202
+    return session_id
+
+
+def _headers(session_id: str | None) -> dict[str, str]:
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": HANDSHAKE,
+    }
+    if session_id is not None:
+        headers["Mcp-Session-Id"] = session_id
+    return headers

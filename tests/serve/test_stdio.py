@@ -1,0 +1,143 @@
+"""`toolscript serve` over stdio, driven by the official MCP client.
+
+The client spawns `python -m toolscript.cli serve --mcp-config ...` wrapping the demo MCP
+server, so every call goes client → toolscript → kernel → toolscript → upstream and back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from .conftest import client, notes, run, stdio_server, structured, text
+
+
+@pytest.mark.timeout(45)
+async def test_a_run_answers_with_its_text_and_structured_result_and_state_persists(
+    tmp_path: Path,
+) -> None:
+    async with client(stdio_server(tmp_path)) as session:
+        first = await run(session, "x = 20\nprint('hello')\nx + 1")
+        data = structured(first)
+        assert (data["status"], data["exit_code"], data["value"]) == ("ok", 0, "21")
+        assert data["stdout"] == "hello\n"
+        assert text(first).startswith("exit 0 · ok")
+        assert not first.is_error
+        second = await run(session, "x * 2")
+        assert structured(second)["value"] == "40"
+        assert structured(second)["shell"] == data["shell"]
+
+
+@pytest.mark.timeout(45)
+async def test_a_script_calls_an_upstream_tool_through_toolscript(tmp_path: Path) -> None:
+    async with client(stdio_server(tmp_path)) as session:
+        tools = await session.list_tools()
+        run_python = next(tool for tool in tools.tools if tool.name == "run_python")
+        assert "async def add(*, a: int, b: int" in (run_python.description or "")
+        result = await run(session, "r = await demo.add(a=2, b=3)\nr['sum']")
+        data = structured(result)
+        assert (data["status"], data["value"]) == ("ok", "5")
+        [record] = data["calls"]["records"]
+        assert record["tool"].endswith("add") and record["fate"] == "seen"
+
+
+@pytest.mark.timeout(45)
+async def test_a_time_limit_stops_the_script_and_says_so(tmp_path: Path) -> None:
+    async with client(stdio_server(tmp_path)) as session:
+        result = await run(session, "import time\ntime.sleep(60)", time_limit_s=1)
+        data = structured(result)
+        assert data["status"] == "time_limit"
+        assert data["time_limit"] == 1
+        assert "time limit of 1 s" in text(result)
+        assert structured(await run(session, "'still here'"))["value"] == "'still here'"
+
+
+@pytest.mark.timeout(45)
+async def test_a_background_script_can_be_watched_and_cancelled(tmp_path: Path) -> None:
+    async with client(stdio_server(tmp_path)) as session:
+        started = await run(session, "import time\ntime.sleep(60)", background=True)
+        script_id = structured(started)["script_id"]
+        assert structured(started)["status"] == "running"
+        status = await session.call_tool("script_status", {"script_id": script_id})
+        assert structured(status)["status"] == "running"
+        beside = await run(session, "1 + 1")  # the session's shell is not held by it
+        assert structured(beside)["value"] == "2"
+        cancelled = await session.call_tool("cancel_script", {"script_id": script_id})
+        assert structured(cancelled)["status"] == "cancelled"
+        assert structured(cancelled)["script_id"] == script_id
+        again = await session.call_tool("script_status", {"script_id": script_id})
+        assert structured(again)["status"] == "cancelled"
+        unknown = await session.call_tool("script_status", {"script_id": "mcp-9:bg-nope"})
+        assert unknown.is_error and "no background script" in text(unknown)
+
+
+@pytest.mark.timeout(45)
+async def test_a_background_script_that_ends_notifies_the_client_and_keeps_its_result(
+    tmp_path: Path,
+) -> None:
+    heard = notes()
+    async with client(stdio_server(tmp_path), heard) as session:
+        started = await run(session, "print('done')\n6 * 7", background=True)
+        script_id = structured(started)["script_id"]
+        with anyio.fail_after(20):
+            await heard.logged.wait()
+        [event] = heard.logs
+        assert event["event"] == "background_script_ended"
+        assert (event["script_id"], event["status"]) == (script_id, "ok")
+        result = await session.call_tool("script_status", {"script_id": script_id})
+        assert (structured(result)["value"], structured(result)["stdout"]) == ("42", "done\n")
+
+
+@pytest.mark.timeout(45)
+async def test_an_upstream_server_that_dies_mid_call_leaves_the_call_pending_source_gone(
+    tmp_path: Path,
+) -> None:
+    async with client(stdio_server(tmp_path)) as session:
+        code = "try:\n    await demo.crash()\nexcept ToolError as error:\n    print('raised')\n"
+        result = await run(session, code)
+        data = structured(result)
+        assert data["stdout"] == "raised\n"
+        [record] = data["calls"]["records"]
+        assert (record["fate"], record["cause"]) == ("pending", "source_gone")
+        assert "crash" in text(result)
+        after = await run(session, "await demo.echo(text='back')")
+        assert structured(after)["value"] == "'back'"
+
+
+@pytest.mark.timeout(45)
+async def test_a_long_run_reports_progress_when_the_client_asks(tmp_path: Path) -> None:
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total, message))
+
+    async with client(stdio_server(tmp_path)) as session:
+        result = await session.call_tool(
+            "run_python",
+            {"code": "import time\ntime.sleep(2.6)\n'slow'", "time_limit_s": 20},
+            progress_callback=progress,
+        )
+        assert structured(result)["value"] == "'slow'"
+    assert heard, "no progress notification during a 2.6 s run"
+    value, total, message = heard[0]
+    assert total == 20 and 1.5 <= value <= 2.6
+    assert message is not None and "time limit 20 s" in message
+
+
+@pytest.mark.timeout(45)
+async def test_an_upstream_tool_list_change_is_bound_for_the_next_run_and_announced(
+    tmp_path: Path,
+) -> None:
+    heard = notes()
+    async with client(stdio_server(tmp_path), heard, mode="legacy") as session:
+        assert structured(await run(session, "hasattr(demo, 'fresh')"))["value"] == "False"
+        await run(session, "await demo.grow(name='fresh')")
+        with anyio.fail_after(20):
+            await heard.tools_changed.wait()
+        after = await run(session, "hasattr(demo, 'fresh')")
+        assert structured(after)["value"] == "True", text(after)
+        tools = await session.list_tools()
+        run_python = next(tool for tool in tools.tools if tool.name == "run_python")
+        assert "async def fresh(" in (run_python.description or "")
