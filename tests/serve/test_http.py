@@ -11,23 +11,31 @@ import anyio
 import httpx2
 import pytest
 
-from .conftest import HTTPServer, client, http_server, run, structured
+from .conftest import HTTPServer, client, http_server, notes, run, structured
 
 HANDSHAKE = "2025-11-25"
 
 
 @pytest.mark.timeout(45)
-async def test_over_http_a_script_calls_an_upstream_tool_and_the_new_token_file_is_private(
+async def test_over_http_scripts_call_upstream_tools_background_ends_are_told_and_the_token_file_is_private(
     tmp_path: Path,
 ) -> None:
     async with http_server(tmp_path) as server:
         assert stat.S_IMODE(os.stat(server.token_file).st_mode) == 0o600
         assert sum("wrote a new bearer token" in line for line in server.said) == 1
         assert not any(server.token in line for line in server.said)
-        async with client(server.transport()) as session:
+        heard = notes()
+        async with client(server.transport(), heard) as session:
             result = await run(session, "await demo.echo(text='through')")
             assert structured(result)["value"] == "'through'"
             assert structured(result)["calls"]["records"][0]["fate"] == "seen"
+            started = await run(session, "await demo.add(a=40, b=2)", background=True)
+            with anyio.fail_after(20):
+                await heard.logged.wait()  # on the session's own stream
+            [event] = heard.logs
+            assert event["script_id"] == structured(started)["script_id"]
+            status = await session.call_tool("script_status", {"script_id": event["script_id"]})
+            assert structured(status)["value"] == "{'sum': 42}"
 
 
 @pytest.mark.timeout(45)
@@ -99,7 +107,10 @@ async def test_closing_a_client_session_reclaims_its_interpreter(tmp_path: Path)
         async with client(server.transport()) as session:
             result = await run(session, "import os\nos.getpid()")
             pid = int(structured(result)["value"])
-        descriptor = os.pidfd_open(pid)
+        try:
+            descriptor = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return  # already gone
         try:
             with anyio.fail_after(20):
                 await anyio.wait_readable(descriptor)  # readable once the process has ended

@@ -122,7 +122,7 @@ async def test_a_long_run_reports_progress_when_the_client_asks(tmp_path: Path) 
         assert structured(result)["value"] == "'slow'"
     assert heard, "no progress notification during a 2.6 s run"
     value, total, message = heard[0]
-    assert total == 20 and 1.5 <= value <= 2.6
+    assert total == 20 and 1.9 <= value < 20
     assert message is not None and "time limit 20 s" in message
 
 
