@@ -238,6 +238,11 @@ class Runtime:
             self.template_failure = error.reason
             _log.warning("toolscript: interpreters will be started afresh: %s", error.reason)
 
+    @property
+    def preload_failures(self) -> list[tuple[str, str]]:
+        """Modules of `preload` the template could not import, with the error."""
+        return list(self._template.preload_failures) if self._template is not None else []
+
     async def template_ready(self) -> bool:
         """Wait until the template has started (or failed to); True if interpreters fork."""
         if self._template_start is not None:

@@ -1,0 +1,181 @@
+"""Background scripts: started at once, reported like a foreground run, logged, bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from toolscript import ScriptResult, tool
+
+from .conftest import MakeRuntime, wait_for_file
+
+gate = asyncio.Event()
+
+
+@tool
+async def echo(x: int) -> int:
+    """Answer x at once."""
+    return x
+
+
+@tool
+async def held(x: int) -> int:
+    """Answer x once the test opens the gate."""
+    await gate.wait()
+    return x
+
+
+@pytest.fixture(autouse=True)
+def closed_gate() -> None:
+    # An Event belongs to the first loop that waits on it: each test gets a new one.
+    global gate
+    gate = asyncio.Event()
+
+
+@pytest.mark.timeout(30)
+async def test_a_background_script_returns_at_once_and_reports_like_a_foreground_run(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    rt = await make_runtime(echo)
+    shell = rt.shell("main")
+    go = tmp_path / "go"
+    done: list[ScriptResult] = []
+    started = time.monotonic()
+    handle = await shell.start(
+        "import os, time\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+        "print('from the background')\n"
+        "print(await echo(x=7))\n"
+        "'finished'",
+        time_limit=20,
+        on_done=done.append,
+    )
+    assert time.monotonic() - started < 2
+    assert handle.status() == "running"
+    # The shell's foreground runs go on beside it, in their own namespace.
+    beside = await shell.run("x = 1\nx + 1")
+    assert beside.value == "2"
+    go.touch()
+    result = await asyncio.wait_for(handle.result(), 20)
+    assert result.status == "ok", result.text
+    assert result.value == "'finished'"
+    assert "from the background\n7" in result.stdout
+    assert result.calls.made == 1 and result.calls.by_fate == {"seen": 1}
+    assert result.script_id == handle.id
+    assert result.log_path is not None
+    log = Path(result.log_path).read_text()
+    assert "from the background" in log and "7" in log
+    await asyncio.sleep(0)
+    assert done == [result]
+    assert handle.status() == "ok"
+    assert rt.journal.scripts(shell="main")[-1].status in ("ok",)
+
+
+@pytest.mark.timeout(30)
+async def test_a_background_script_that_crashes_fires_on_done_with_crashed_and_its_calls(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime(echo, held)
+    finished = asyncio.Event()
+    seen: list[ScriptResult] = []
+
+    def on_done(result: ScriptResult) -> None:
+        seen.append(result)
+        finished.set()
+
+    handle = await rt.shell("main").start(
+        "import asyncio, os\n"
+        "await echo(x=1)\n"
+        "t = asyncio.create_task(held(x=2))\n"
+        "await asyncio.sleep(0.2)\n"
+        "os._exit(3)",
+        on_done=on_done,
+    )
+    await asyncio.wait_for(finished.wait(), 20)
+    gate.set()
+    [result] = seen
+    assert result.status == "crashed"
+    assert "exit code 3" in result.note
+    assert result.calls.made == 2
+    fates = {record.args_brief: (record.fate, record.cause) for record in result.calls.records}
+    assert fates["x=1"] == ("seen", None)
+    assert fates["x=2"] == ("pending", "interpreter_gone")
+    assert handle.status() == "crashed"
+
+
+@pytest.mark.timeout(30)
+async def test_a_background_script_cancelled_while_a_call_is_in_flight_says_so(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime(held)
+    handle = await rt.shell("main").start("print('waiting')\nawait held(x=5)", time_limit=20)
+    deadline = time.monotonic() + 10
+    while rt.journal.calls() == [] and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    result = await asyncio.wait_for(handle.cancel(), 20)
+    assert result.status == "cancelled", result.text
+    assert "cancelled by the caller" in result.note
+    [record] = result.calls.records
+    assert (record.tool, record.fate, record.cause) == ("held", "pending", "stopped")
+    assert handle.status() == "cancelled"
+    gate.set()
+
+
+@pytest.mark.timeout(30)
+async def test_background_scripts_over_the_cap_are_refused_with_the_reason(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    rt = await make_runtime(max_background=1)
+    go = tmp_path / "go"
+    first = await rt.shell("a").start(
+        f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.01)", time_limit=20
+    )
+    second = await rt.shell("b").start("1")
+    assert second.done()
+    refused = await second.result()
+    assert refused.status == "refused"
+    assert "max_background=1" in refused.note and "Nothing ran" in refused.note
+    go.touch()
+    assert (await asyncio.wait_for(first.result(), 20)).status == "ok"
+    third = await rt.shell("b").start("3")
+    assert (await asyncio.wait_for(third.result(), 20)).value == "3"
+
+
+@pytest.mark.timeout(30)
+async def test_a_background_script_stops_at_its_time_limit(make_runtime: MakeRuntime) -> None:
+    rt = await make_runtime()
+    handle = await rt.shell("main").start("import time\ntime.sleep(30)", time_limit=1)
+    result = await asyncio.wait_for(handle.result(), 10)
+    assert result.status == "time_limit"
+
+
+@pytest.mark.timeout(30)
+async def test_closing_the_runtime_cancels_its_background_scripts(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    rt = await make_runtime()
+    started = tmp_path / "started"
+    handle = await rt.shell("main").start(
+        f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(30)", time_limit=60
+    )
+    await wait_for_file(started)
+    await asyncio.wait_for(rt.aclose(), 15)
+    result = await asyncio.wait_for(handle.result(), 5)
+    assert result.status == "cancelled"
+    assert "the runtime was closed" in result.note
+
+
+@pytest.mark.timeout(30)
+async def test_a_background_log_is_bounded_and_says_where_it_was_cut(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime(log_limit=10_000)
+    handle = await rt.shell("main").start("print('y' * 100_000)")
+    result = await asyncio.wait_for(handle.result(), 20)
+    assert result.log_path is not None
+    log = Path(result.log_path).read_bytes()
+    assert len(log) < 10_000 + 200
+    assert b"the log reached its size limit here" in log

@@ -1,0 +1,189 @@
+"""Warm interpreters, the template, idle reclaim, generations and the cap on interpreters."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from toolscript import tool
+
+from .conftest import MakeRuntime, wait_for_file
+
+
+@tool
+async def echo(x: int) -> int:
+    """Answer x."""
+    return x
+
+
+@pytest.mark.timeout(30)
+async def test_shells_get_interpreters_forked_from_the_template_with_preloaded_modules(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime(preload=["json", "decimal"])
+    assert await asyncio.wait_for(rt.template_ready(), 20) is True
+    result = await rt.shell("a").run("import sys\n'decimal' in sys.modules")
+    assert result.value == "True"
+    interpreter = rt.shell("a")._interpreter
+    assert interpreter is not None and interpreter.forked
+
+
+@pytest.mark.timeout(30)
+async def test_without_fork_interpreters_are_spawned_and_preload_still_applies(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime(preload=["decimal"], fork=False)
+    assert await rt.template_ready() is False
+    result = await rt.shell("a").run("import sys\n'decimal' in sys.modules")
+    assert result.value == "True"
+    interpreter = rt.shell("a")._interpreter
+    assert interpreter is not None and not interpreter.forked
+
+
+@pytest.mark.timeout(30)
+async def test_a_preload_that_starts_threads_is_not_forked_from_and_runs_still_work(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    (tmp_path / "threaded_module.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    )
+    rt = await make_runtime(preload=["threaded_module"], env={"PYTHONPATH": str(tmp_path)})
+    assert await asyncio.wait_for(rt.template_ready(), 20) is False
+    assert rt.template_failure is not None
+    assert "started Python threads" in rt.template_failure
+    result = await rt.shell("a").run("import sys\n'threaded_module' in sys.modules")
+    assert result.value == "True"  # spawned, with the module preloaded all the same
+    interpreter = rt.shell("a")._interpreter
+    assert interpreter is not None and not interpreter.forked
+
+
+@pytest.mark.timeout(30)
+async def test_a_preload_that_cannot_be_imported_is_named(make_runtime: MakeRuntime) -> None:
+    rt = await make_runtime(preload=["json", "no_such_module_here"])
+    assert await asyncio.wait_for(rt.template_ready(), 20) is True
+    [(name, why)] = rt.preload_failures
+    assert name == "no_such_module_here" and "ModuleNotFoundError" in why
+    assert (await rt.shell("a").run("1")).status == "ok"
+
+
+@pytest.mark.timeout(30)
+async def test_a_new_shell_takes_a_warm_interpreter_and_the_pool_refills(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime(pool_size=2)
+    pool = rt._pool
+    assert pool is not None
+    deadline = time.monotonic() + 20
+    while pool.warm < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert pool.warm == 2
+    first = await rt.shell("a").run("1")
+    assert first.status == "ok" and first.generation == 1
+    while pool.warm < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert pool.warm == 2
+    assert pool.live == 1
+
+
+@pytest.mark.timeout(30)
+async def test_an_idle_shell_is_reclaimed_and_its_next_run_says_the_state_was_reset(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime(idle_timeout=0.3)
+    shell = rt.shell("a")
+    first = await shell.run("x = 41")
+    assert first.generation == 1
+    pool = rt._pool
+    assert pool is not None
+    deadline = time.monotonic() + 10
+    while shell._interpreter is not None and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert shell._interpreter is None
+    while pool.live and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert pool.live == 0
+    second = await shell.run("'x' in globals()")
+    assert second.value == "False"
+    assert second.generation == 2
+    assert "fresh interpreter" in second.note and "idle for 0.3 s" in second.note
+
+
+@pytest.mark.timeout(30)
+async def test_a_busy_shell_is_not_reclaimed_while_it_runs(make_runtime: MakeRuntime) -> None:
+    rt = await make_runtime(idle_timeout=0.2)
+    shell = rt.shell("a")
+    await shell.run("x = 1")
+    result = await shell.run("import time\ntime.sleep(0.6)\nx")
+    assert result.status == "ok" and result.value == "1"
+
+
+@pytest.mark.timeout(30)
+async def test_generations_tell_a_reset_from_a_continuation(make_runtime: MakeRuntime) -> None:
+    rt = await make_runtime()
+    shell = rt.shell("a")
+    assert (await shell.run("1")).generation == 1
+    assert (await shell.run("2")).generation == 1
+    crashed = await shell.run("import os\nos._exit(1)")
+    assert crashed.status == "crashed" and crashed.generation == 1
+    after = await shell.run("3")
+    assert after.generation == 2 and "fresh interpreter" in after.note
+
+
+@pytest.mark.timeout(30)
+async def test_a_run_over_the_interpreter_cap_waits_its_turn_then_is_refused_with_the_reason(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    rt = await make_runtime(max_interpreters=1, queue_timeout=0.5, pool_size=0)
+    assert (await rt.shell("a").run("1")).status == "ok"
+    started = time.monotonic()
+    refused = await rt.shell("b").run("2")
+    waited = time.monotonic() - started
+    assert refused.status == "refused"
+    assert "all 1 interpreters this runtime allows are in use" in refused.note
+    assert 0.4 < waited < 5
+    # Once the first shell lets go, the next in line gets through.
+    await rt.shell("a").close()
+    assert (await rt.shell("b").run("2")).value == "2"
+
+
+@pytest.mark.timeout(30)
+async def test_a_run_waiting_in_line_gets_the_interpreter_freed_while_it_waits(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    rt = await make_runtime(max_interpreters=1, queue_timeout=10, pool_size=0)
+    assert (await rt.shell("a").run("1")).status == "ok"
+    waiting = asyncio.create_task(rt.shell("b").run("2"))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    await rt.shell("a").close()
+    result = await asyncio.wait_for(waiting, 10)
+    assert result.value == "2"
+
+
+@pytest.mark.timeout(60)
+async def test_one_shells_crash_and_flood_never_disturb_another(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    rt = await make_runtime(echo)
+    calm = rt.shell("calm")
+    await calm.run("kept = 'here'")
+    started = tmp_path / "started"
+    flood = asyncio.create_task(
+        rt.shell("flood").run(
+            f"open({str(started)!r}, 'w').close()\nfor i in range(200_000): print('x' * 100)",
+            time_limit=30,
+        )
+    )
+    await wait_for_file(started)
+    crash = await rt.shell("crash").run("import ctypes\nctypes.string_at(0)")
+    assert crash.status == "crashed"
+    during = await calm.run("print(await echo(x=3))\nkept")
+    assert during.status == "ok" and during.value == "'here'" and during.stdout == "3\n"
+    flooded = await asyncio.wait_for(flood, 30)
+    assert flooded.status == "ok" and "bytes of output cut" in flooded.stdout
+    after = await calm.run("kept")
+    assert after.value == "'here'" and after.generation == 1
