@@ -116,6 +116,7 @@ class Interpreter:
         self._stdout = StreamCapture(launch.output_limit)
         self._stderr = StreamCapture(launch.output_limit)
         self._outbox: list[bytes] = []
+        self._wrote_alone = False  # a frame went out alone since the kernel last spoke
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._done: asyncio.Future[dict[str, Any]] | None = None
         self._script: str | None = None
@@ -427,19 +428,36 @@ class Interpreter:
     # -- the wire ----------------------------------------------------------------------------
 
     def send(self, message: dict[str, Any]) -> None:
-        if self._channel is None or self._channel.is_closing():
+        """Send a frame now, or with the others of this loop iteration when some are waiting.
+
+        A frame alone goes at once: waiting a loop iteration to batch it costs a lone call's
+        round trip another pass of the event loop on each side. Frames that come while one is
+        waiting to go (the answers of a `gather`) go together, in one write.
+        """
+        channel = self._channel
+        if channel is None or channel.is_closing():
             return
-        self._outbox.append(codec.encode(message))
-        if len(self._outbox) == 1:
+        frame = codec.encode(message)
+        if self._outbox:
+            self._outbox.append(frame)
+        elif not self._wrote_alone:
+            channel.write(frame)
+            self._wrote_alone = True
+        else:
+            self._outbox.append(frame)
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
-        if self._outbox and self._channel is not None and not self._channel.is_closing():
+        if not self._outbox:
+            return
+        if self._channel is not None and not self._channel.is_closing():
             frames, self._outbox = self._outbox, []
             self._channel.write(b"".join(frames))
         self._outbox = []
+        self._wrote_alone = False
 
     def received(self, data: bytes) -> None:
+        self._wrote_alone = False
         try:
             messages = self._reader.feed(data)
             self._handle(messages)
@@ -485,17 +503,19 @@ class Interpreter:
                 self.ledger.refuse(n, problem)
                 self.send(Answer("refused", message=problem).to_frame(n))
                 continue
-            task = asyncio.get_running_loop().create_task(self._answer(n, key, args))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.add(asyncio.get_running_loop().create_task(self._answer(n, key, args)))
 
     async def _answer(self, n: int, key: str, args: dict[str, Any]) -> None:
-        answer = await self.catalogue.call(key, args)
-        if answer.kind in ("tool_timeout", "source_gone"):
-            self.ledger.answered(n, True, None, host_cause=answer.kind)
-        else:
-            self.ledger.answered(n, answer.kind != "value", answer.value)
-        self.send(answer.to_frame(n))
+        try:
+            answer = await self.catalogue.call(key, args)
+            if answer.kind in ("tool_timeout", "source_gone"):
+                self.ledger.answered(n, True, None, host_cause=answer.kind)
+            else:
+                self.ledger.answered(n, answer.kind != "value", answer.value)
+            self.send(answer.to_frame(n))
+        finally:
+            # Not a done callback: that would cost every call another pass of the loop.
+            self._tasks.discard(asyncio.current_task())
 
     def _broke(self, reason: str) -> None:
         if self.fault is not None:

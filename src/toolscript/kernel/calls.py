@@ -175,6 +175,11 @@ class CallTable:
             and getattr(task.get_coro(), "cr_frame", None) is caller
         )
         self._waiting[n] = call
+        if self._acks and loop is self._loop:
+            # Acknowledgements still waiting go in the same write as the call: one wake-up
+            # of the host for both.
+            acks, self._acks = self._acks, []
+            frame = encode({"t": "ack", "acks": acks}) + frame
         self._post(frame)
         timer = None
         if timeout is not None:
@@ -263,7 +268,10 @@ class CallTable:
         if threading.get_ident() == _MAIN_THREAD:
             self._acks.append(ack)
             if len(self._acks) == 1:
-                self._loop.call_soon(self.flush_acks)
+                # Not at the end of this pass of the loop, but a moment later: the script's
+                # next call (which carries them) or its end (which flushes them) usually
+                # comes first, and then no pass of the loop is spent on them alone.
+                self._loop.call_later(ACK_DELAY, self.flush_acks)
         else:
             self._post(encode({"t": "ack", "acks": [ack]}))
 
@@ -335,3 +343,6 @@ class CallTable:
 
 
 _MAIN_THREAD = threading.main_thread().ident
+
+ACK_DELAY = 0.005
+"""Seconds acknowledgements may wait for a frame to travel with."""

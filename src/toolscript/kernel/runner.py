@@ -88,6 +88,7 @@ class Kernel:
         asyncio.set_event_loop(self.loop)
         self.loop.set_task_factory(_task_factory)
         self._outbox: list[bytes] = []
+        self._wrote_alone = False
         self._script: _Script | None = None
         self.namespace: dict[str, Any] = {
             "__name__": "__main__",
@@ -111,22 +112,33 @@ class Kernel:
     # -- sending -----------------------------------------------------------------------------
 
     def post(self, frame: bytes) -> None:
-        """Send a frame, batched once per loop iteration; safe from any thread."""
-        if threading.get_ident() == _MAIN:
-            self._outbox.append(frame)
-            if len(self._outbox) == 1:
-                self.loop.call_soon(self._flush)
-        else:
+        """Send a frame; safe from any thread.
+
+        The first frame since the host last spoke goes at once (a lone call should not wait
+        a pass of the event loop); frames that follow in the same pass (the calls of a
+        `gather`) go together in one write at the end of it.
+        """
+        if threading.get_ident() != _MAIN:
             self.loop.call_soon_threadsafe(self.post, frame)
+        elif self._outbox:
+            self._outbox.append(frame)
+        elif not self._wrote_alone and self._transport is not None:
+            self._transport.write(frame)
+            self._wrote_alone = True
+        else:
+            self._outbox.append(frame)
+            self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         if self._outbox and self._transport is not None:
             frames, self._outbox = self._outbox, []
             self._transport.write(b"".join(frames))
+        self._wrote_alone = False
 
     # -- receiving ---------------------------------------------------------------------------
 
     def received(self, data: bytes) -> None:
+        self._wrote_alone = False
         try:
             messages = self._reader.feed(data)
         except FrameError:
