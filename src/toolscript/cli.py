@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -40,34 +39,14 @@ MCPConfigOption = Annotated[
 
 
 def load_tools(references: list[str] | None) -> list[Any]:
-    """Import each `MODULE:ATTR`; the attribute is one tool or an iterable of them."""
-    found: list[Any] = []
-    for reference in references or []:
-        module_name, _, attribute = reference.partition(":")
-        if not module_name or not attribute:
-            raise typer.BadParameter(
-                f"{reference!r} is not MODULE:ATTR (for example mytools:send_message)",
-                param_hint="--tools",
-            )
-        if "" not in sys.path:
-            sys.path.insert(0, "")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as error:
-            raise typer.BadParameter(
-                f"cannot import {module_name!r}: {error}", param_hint="--tools"
-            ) from None
-        try:
-            value = getattr(module, attribute)
-        except AttributeError:
-            raise typer.BadParameter(
-                f"module {module_name!r} has no attribute {attribute!r}", param_hint="--tools"
-            ) from None
-        if isinstance(value, list | tuple):
-            found.extend(value)
-        else:
-            found.append(value)
-    return found
+    """Import each `MODULE:ATTR` (one tool or a list of them); a bad one is a usage error."""
+    from .tools.references import ToolReferenceError
+    from .tools.references import load_tools as load
+
+    try:
+        return load(references)
+    except ToolReferenceError as error:
+        raise typer.BadParameter(str(error), param_hint="--tools") from None
 
 
 @app.command("exec")

@@ -263,8 +263,8 @@ class CallLedger:
     def acknowledged(self, acks: Iterable[Any]) -> None:
         """The kernel's word on calls: `[n, "seen"]` or `[n, "unwaited", cause, arrived]`."""
         for ack in acks:
-            if type(ack) is not list or not ack:
-                raise ValueError("an acknowledgement that is not a list")
+            if type(ack) is not list or len(ack) < 2:
+                raise ValueError("an acknowledgement that is not a list of at least two items")
             call = self._calls.get(ack[0])
             if call is None:
                 continue

@@ -166,6 +166,11 @@ def describe_call(record: CallRecord) -> str:
             why = "no answer had come when the script ended"
         return f"{call}: pending: {why}, so it may still take effect"
     answer = _answer_words(record)
+    if record.fate == "late" and record.cause == "interpreter_gone":
+        return (
+            f"{call}: late: answered, but the interpreter died before it could say whether "
+            f"the script received the answer; it happened{answer}"
+        )
     if record.fate == "late":
         return f"{call}: late: answered after {cause or 'the script stopped waiting'}; it happened, the script never saw it{answer}"
     if record.fate == "unread":

@@ -19,6 +19,7 @@ from typing import Annotated
 
 import typer
 
+from ..tools.references import ToolReferenceError, load_tools
 from .auth import TokenFileError, load_or_create_token
 
 __all__ = ["parse_address", "serve_command"]
@@ -111,10 +112,11 @@ def serve_command(
     ] = None,
 ) -> None:
     """Serve toolscript to an MCP client: one run_python tool in which every tool is Python."""
-    from ..cli import load_tools
-
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="toolscript: %(message)s")
-    specs = load_tools(tools)
+    try:
+        specs = load_tools(tools)
+    except ToolReferenceError as error:
+        raise typer.BadParameter(str(error), param_hint="--tools") from None
     if token_file is not None and http is None:
         raise typer.BadParameter("--token-file goes with --http", param_hint="--token-file")
     listener: socket.socket | None = None

@@ -1,0 +1,43 @@
+"""Tools named by reference, `MODULE:ATTR`, as the command line takes them."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+
+class ToolReferenceError(ValueError):
+    """A `MODULE:ATTR` that does not name an importable attribute; the message says why."""
+
+
+def load_tools(references: Iterable[str] | None) -> list[Any]:
+    """Import each `MODULE:ATTR`; the attribute is one tool or a list or tuple of them.
+
+    Modules are looked up from the current directory too, as `python -m` would.
+    """
+    found: list[Any] = []
+    for reference in references or []:
+        module_name, _, attribute = reference.partition(":")
+        if not module_name or not attribute:
+            raise ToolReferenceError(
+                f"{reference!r} is not MODULE:ATTR (for example mytools:send_message)"
+            )
+        if "" not in sys.path:
+            sys.path.insert(0, "")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise ToolReferenceError(f"cannot import {module_name!r}: {error}") from None
+        try:
+            value = getattr(module, attribute)
+        except AttributeError:
+            raise ToolReferenceError(
+                f"module {module_name!r} has no attribute {attribute!r}"
+            ) from None
+        if isinstance(value, list | tuple):
+            found.extend(value)
+        else:
+            found.append(value)
+    return found
