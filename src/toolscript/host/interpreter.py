@@ -352,7 +352,8 @@ class Interpreter:
         stop_reason: str | None = None
         cancelled = False
         try:
-            report = await asyncio.wait_for(asyncio.shield(self._done), time_limit)
+            async with asyncio.timeout(time_limit):  # no task of its own, unlike wait_for
+                report = await asyncio.shield(self._done)
         except TimeoutError:
             stop_reason = "time_limit"
             report = await self._stop(script_id, stop_reason, grace)

@@ -348,7 +348,9 @@ class Journal:
         self, script_id: str, shell: str, generation: int, code: str, started_at: float
     ) -> None:
         """Record that a script is about to run. Committed when this returns."""
-        with self._db_lock, self._transaction():
+        # One statement commits by itself (autocommit mode): no BEGIN/COMMIT around it.
+        with self._db_lock:
+            self._check_open()
             self._db.execute(
                 "INSERT INTO scripts (script_id, host_id, shell, generation, code, started_at, "
                 f"calls_after) VALUES (?, ?, ?, ?, ?, ?, ({_LAST_CALL}))",
@@ -357,13 +359,23 @@ class Journal:
 
     def end_script(self, script_id: str, status: str, ended_at: float) -> None:
         """Record how a script ended, with every buffered answer and fate before it."""
-        with self._db_lock, self._transaction():
-            self._write_buffered()
-            self._db.execute(
-                f"UPDATE scripts SET status = ?, ended_at = ?, calls_up_to = ({_LAST_CALL}) "
-                "WHERE script_id = ?",
-                (status, ended_at, script_id),
-            )
+        with self._db_lock:
+            self._check_open()
+            with self._buffer_lock:
+                buffered = bool(self._answers or self._fates)
+            if buffered:
+                with self._transaction():
+                    self._write_buffered()
+                    self._end_script(script_id, status, ended_at)
+            else:
+                self._end_script(script_id, status, ended_at)
+
+    def _end_script(self, script_id: str, status: str, ended_at: float) -> None:
+        self._db.execute(
+            f"UPDATE scripts SET status = ?, ended_at = ?, calls_up_to = ({_LAST_CALL}) "
+            "WHERE script_id = ?",
+            (status, ended_at, script_id),
+        )
 
     # -- calls -----------------------------------------------------------------------------
 

@@ -118,7 +118,8 @@ class StreamCapture:
         if self._ended.is_set():
             return True
         try:
-            await asyncio.wait_for(self._ended.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._ended.wait()
         except TimeoutError:
             return False
         return True
