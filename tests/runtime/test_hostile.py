@@ -28,7 +28,9 @@ def frame(message: object) -> bytes:
 
 def writes_to_the_channel(payload: bytes) -> str:
     """A script that finds the kernel's protocol socket and writes `payload` to it."""
-    # The event loop's own wake-up socketpair is skipped: the other socket is the channel.
+    # The event loop's own wake-up socketpair is skipped, and so are fds 0-2 (a host on
+    # uvloop gives the kernel sockets, not pipes, for stdout and stderr): the other socket
+    # is the channel (the kernel closes every other descriptor it inherits).
     return (
         "import asyncio, os, time\n"
         "def channel():\n"
@@ -39,7 +41,7 @@ def writes_to_the_channel(payload: bytes) -> str:
         "            link = os.readlink(f'/proc/self/fd/{name}')\n"
         "        except OSError:\n"
         "            continue\n"
-        "        if link.startswith('socket:') and int(name) not in own:\n"
+        "        if link.startswith('socket:') and int(name) > 2 and int(name) not in own:\n"
         "            return int(name)\n"
         "    raise RuntimeError('no channel found')\n"
         f"os.write(channel(), {payload!r})\n"

@@ -118,3 +118,22 @@ async def test_an_unknown_limit_or_bad_knob_is_refused_naming_it() -> None:
         Runtime(grace=0)
     with pytest.raises(ValueError, match="output_limit"):
         Runtime(output_limit=10)
+
+
+@pytest.mark.timeout(30)
+async def test_the_interpreter_holds_no_descriptor_of_the_host(runtime: Runtime) -> None:
+    # Only stdin/stdout/stderr, its event loop's own (epoll and the wake-up pair) and its
+    # channel: nothing the host's event loop may have let it inherit.
+    result = await runtime.run(
+        "import os\n"
+        "kinds = []\n"
+        "for name in os.listdir('/proc/self/fd'):\n"
+        "    try:\n"
+        "        kinds.append(os.readlink(f'/proc/self/fd/{name}').split(':')[0])\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "sorted(kinds)"
+    )
+    kinds = ast.literal_eval(result.value or "[]")
+    assert len(kinds) == 3 + 1 + 2 + 1, kinds  # 0-2, epoll, the wake-up pair, the channel
+    assert kinds.count("socket") in (3, 5), kinds  # 5 when a host on uvloop made stdio sockets

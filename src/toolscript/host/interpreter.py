@@ -177,6 +177,9 @@ class Interpreter:
         if host_end is None:
             host_end = await self._spawn()
         self._started = True
+        # `ready` comes unasked, maybe before the channel's connection has even returned:
+        # its waiter is in place first.
+        self._waiters["ready"] = loop.create_future()
         try:
             self._channel, _ = await loop.connect_accepted_socket(
                 lambda: _ChannelProtocol(self), sock=host_end
@@ -274,8 +277,10 @@ class Interpreter:
     async def _expect(
         self, kind: str, timeout: float, request: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._waiters[kind] = waiter
+        waiter = self._waiters.get(kind)
+        if waiter is None:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters[kind] = waiter
         if request is not None:
             self.send(request)
         exited: asyncio.Future[Any] = asyncio.ensure_future(self._exited.wait())

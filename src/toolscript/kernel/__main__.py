@@ -8,6 +8,7 @@ Python needs nothing of toolscript installed.
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import os
 import resource
@@ -39,8 +40,35 @@ def apply_limits(limits: dict[str, Any]) -> None:
         resource.setrlimit(which, (wanted, wanted))
 
 
+def close_inherited(keep: set[int]) -> None:
+    """Close every file descriptor above 2 but `keep`.
+
+    The host's event loop decides what a child inherits, and not every loop closes what it
+    should (uvloop's spawn leaks descriptors of the host): the script must not reach the
+    host's sockets, so the kernel closes whatever it was not meant to have, first thing.
+    """
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        names = []
+    if names:
+        for name in names:
+            fd = int(name)
+            if fd > 2 and fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass  # the listing's own descriptor, closed already
+        return
+    top = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024
+    edges = sorted({2, *keep, top})
+    for low, high in itertools.pairwise(edges):
+        os.closerange(low + 1, high)
+
+
 def main(argv: list[str]) -> None:
     fd = int(argv[0])
+    close_inherited({fd})
     config: dict[str, Any] = json.loads(argv[1]) if len(argv) > 1 else {}
     channel = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)

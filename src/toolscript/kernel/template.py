@@ -33,12 +33,13 @@ import sys
 import threading
 from typing import Any
 
-from .__main__ import apply_limits
+from .__main__ import apply_limits, close_inherited
 
 _MAX_MESSAGE = 1 << 16
 
 
 def main(argv: list[str]) -> None:
+    close_inherited({int(argv[0])})
     control = socket.socket(fileno=int(argv[0]))
     config: dict[str, Any] = json.loads(argv[1]) if len(argv) > 1 else {}
     from . import runner  # noqa: F401 - imported now so every child has it loaded
