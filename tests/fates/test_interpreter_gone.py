@@ -69,7 +69,9 @@ async def test_answers_the_host_sent_before_the_interpreter_died_unacknowledged_
         assert (record.fate, record.cause) == ("late", "interpreter_gone")
         assert record.answer_brief is not None and answer in record.answer_brief
         line = call_line(result.text, tool, args)
-        assert "late" in line and answer in line and "the interpreter died before it could say" in line
+        assert (
+            "late" in line and answer in line and "the interpreter died before it could say" in line
+        )
     assert result.calls.by_fate == {"late": 2}
     assert runtime.journal.uncertain() == []
 
