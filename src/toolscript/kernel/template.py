@@ -23,6 +23,7 @@ message is one request (with its file descriptors) or one report, so no framing 
 from __future__ import annotations
 
 import array
+import gc
 import importlib
 import json
 import os
@@ -52,6 +53,11 @@ def main(argv: list[str]) -> None:
             preloaded.append(str(name))
         except BaseException as error:  # a preload failure is reported, not fatal
             failures.append([str(name), f"{type(error).__name__}: {error}"])
+    # Objects made so far move to a generation the collector never visits: a forked child's
+    # collections would otherwise write to every inherited object and copy its pages, undoing
+    # the sharing that makes a forked interpreter cheap.
+    gc.collect()
+    gc.freeze()
     threads = [
         thread.name for thread in threading.enumerate() if thread is not threading.main_thread()
     ]

@@ -1,0 +1,147 @@
+"""A tool call's cost, beside the raw floor measured in the same run (issues 3 and 4).
+
+    python bench/tool_calls.py [--rounds 5] [--calls 2000] [--gather 1000]
+
+Measures, in each round (rounds interleave everything so machine noise hits all alike):
+
+- the raw Python-to-Python round trip of a 200-byte frame (the floor);
+- a trivial Python tool's round trip from the script: `await noop(x=i)` in a loop, each call
+  timed inside the script (median, p99);
+- calls per second from one script through `asyncio.gather` over `--gather` calls;
+- the same throughput with the journal in a file (the default), in memory, and off (a journal
+  that does nothing, for comparison only: toolscript itself never runs without one).
+
+Targets: round-trip median within 2 times the raw one; at least 20,000 calls per second
+through gather; the file journal costing at most 25% of throughput against no journal.
+Results go to bench/results/tool_calls.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from floor import raw_round_trips, summary
+
+from toolscript import Runtime, tool
+from toolscript.host.journal import Journal
+
+
+@tool
+async def noop(x: int) -> int:
+    """Return x."""
+    return x
+
+
+class NullJournal:
+    """A journal that records nothing: the 'journal off' baseline of this benchmark only."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("untold_uncertain", "uncertain", "calls", "scripts"):
+            return lambda *args, **kwargs: []
+        return lambda *args, **kwargs: None
+
+
+@contextmanager
+def journal_off() -> Iterator[None]:
+    with mock.patch.object(Journal, "open", classmethod(lambda cls, where: NullJournal())):
+        yield
+
+
+SEQUENTIAL = """
+import time
+times = []
+for i in range({calls}):
+    start = time.perf_counter()
+    await noop(x=i)
+    times.append(time.perf_counter() - start)
+times
+"""
+
+GATHER = """
+import asyncio, time
+start = time.perf_counter()
+results = await asyncio.gather(*[noop(x=i) for i in range({calls})])
+assert results == list(range({calls}))
+{calls} / (time.perf_counter() - start)
+"""
+
+
+async def measure(journal: str, calls: int, gather: int, repeats: int = 5) -> dict[str, Any]:
+    async with Runtime(tools=[noop], journal=journal) as rt:
+        shell = rt.shell("bench")
+        await shell.run(GATHER.format(calls=gather))  # warm up
+        sequential = await shell.run(SEQUENTIAL.format(calls=calls))
+        assert sequential.status == "ok", sequential.text
+        times = [float(t) for t in eval(sequential.value or "[]")][100:]
+        rates = []
+        for _ in range(repeats):
+            result = await shell.run(GATHER.format(calls=gather))
+            assert result.status == "ok" and result.calls.by_fate == {"seen": gather}, result.text
+            rates.append(float(result.value or 0))
+    return {"round_trip": summary(times), "gather_calls_per_s": statistics.median(rates)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--gather", type=int, default=1000)
+    options = parser.parse_args()
+    rounds = []
+    with tempfile.TemporaryDirectory() as folder:
+        for index in range(options.rounds):
+            raw = summary(raw_round_trips(options.calls))
+            file_journal = str(Path(folder) / f"journal-{index}.sqlite3")
+            on = asyncio.run(measure(file_journal, options.calls, options.gather))
+            memory = asyncio.run(measure(":memory:", options.calls, options.gather))
+            with journal_off():
+                off = asyncio.run(measure(":memory:", options.calls, options.gather))
+            rounds.append({"raw": raw, "file": on, "memory": memory, "off": off})
+
+    def med(path: list[str]) -> float:
+        values = []
+        for entry in rounds:
+            value: Any = entry
+            for key in path:
+                value = value[key]
+            values.append(float(value))
+        return statistics.median(values)
+
+    raw_ms = med(["raw", "median_ms"])
+    call_ms = med(["file", "round_trip", "median_ms"])
+    report = {
+        "raw_round_trip_median_ms": raw_ms,
+        "tool_round_trip_median_ms": call_ms,
+        "tool_round_trip_p99_ms": med(["file", "round_trip", "p99_ms"]),
+        "round_trip_ratio": call_ms / raw_ms,
+        "gather_calls_per_s_file_journal": med(["file", "gather_calls_per_s"]),
+        "gather_calls_per_s_memory_journal": med(["memory", "gather_calls_per_s"]),
+        "gather_calls_per_s_journal_off": med(["off", "gather_calls_per_s"]),
+        "rounds": rounds,
+    }
+    off_rate = report["gather_calls_per_s_journal_off"]
+    report["file_journal_cost"] = 1 - report["gather_calls_per_s_file_journal"] / off_rate
+    print(f"raw Python-to-Python round trip:  median {raw_ms:.3f} ms")
+    print(
+        f"tool call round trip (file journal): median {call_ms:.3f} ms, "
+        f"p99 {report['tool_round_trip_p99_ms']:.3f} ms, ratio {report['round_trip_ratio']:.1f}"
+    )
+    for key in ("file_journal", "memory_journal", "journal_off"):
+        print(f"calls/s through gather, {key:15}: {report['gather_calls_per_s_' + key]:,.0f}")
+    print(f"throughput cost of the file journal: {report['file_journal_cost']:.1%}")
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "tool_calls.json").write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
