@@ -183,3 +183,18 @@ def test_the_readme_main_job_runs_the_notes_example_and_prints_the_notes(
         "{'notes left': 2, 'titles': ['Release checklist', 'Coffee grinder']}",
     ):
         assert line in done.stdout
+
+
+@pytest.mark.timeout(90)
+def test_the_readme_serve_demo_prints_the_tools_and_the_notes_found() -> None:
+    done = subprocess.run(
+        [sys.executable, "examples/serve_demo.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=80,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "tools offered: ['run_python', 'script_status', 'cancel_script']" in done.stdout
+    assert "exit 0 · ok" in done.stdout
+    assert "['Groceries', 'Grinder']" in done.stdout
