@@ -32,7 +32,7 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 import docstring_parser
 from pydantic import TypeAdapter
@@ -204,7 +204,7 @@ def tool(
 
 def _input_schema(function: Callable[..., Any], name: str) -> dict[str, Any]:
     try:
-        schema: dict[str, Any] = TypeAdapter(function).json_schema()
+        schema: dict[str, Any] = TypeAdapter(cast(Any, function)).json_schema()
     except Exception as error:
         raise TypeError(
             f"the parameters of the tool {name!r} have no JSON Schema: {error}"
@@ -217,7 +217,9 @@ def _output_schema(annotation: object) -> dict[str, Any] | None:
     if annotation in (inspect.Parameter.empty, Any, object, ToolOutcome):
         return None
     try:
-        schema: dict[str, Any] = TypeAdapter(annotation).json_schema(mode="serialization")
+        schema: dict[str, Any] = TypeAdapter(cast(Any, annotation)).json_schema(
+            mode="serialization"
+        )
     except Exception:
         return None
     return schema
