@@ -141,3 +141,17 @@ def test_the_example_config_points_at_the_notes_server() -> None:
     config = load_mcp_config(root / "examples" / "mcp.json").servers["notes"]
     assert isinstance(config, StdioServerConfig)
     assert (root / config.args[0]).is_file()
+
+
+def test_a_server_marked_disabled_is_not_started_and_is_listed_as_disabled() -> None:
+    config = load_mcp_config(
+        {
+            "mcpServers": {
+                "on": {"command": "a"},
+                "off": {"command": "b", "disabled": True},
+                "also-on": {"command": "c", "disabled": False},
+            }
+        }
+    )
+    assert list(config.servers) == ["on", "also-on"]
+    assert config.disabled == ("off",)

@@ -63,6 +63,8 @@ class MCPConfig:
     """Every configured server, by its name in the file, in the file's order."""
 
     servers: dict[str, ServerConfig] = field(default_factory=dict)
+    disabled: tuple[str, ...] = ()
+    """Servers the file marks `"disabled": true`, as MCP clients do: not started."""
 
 
 def load_mcp_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> MCPConfig:
@@ -110,11 +112,15 @@ def _parse(data: Mapping[str, Any]) -> MCPConfig:
             field="mcpServers",
         )
     servers: dict[str, ServerConfig] = {}
+    disabled: list[str] = []
     for name, entry in entries.items():
         if not isinstance(name, str) or not name:
             raise MCPConfigError(f"An MCP server name must be a non-empty string, not {name!r}.")
+        if isinstance(entry, Mapping) and entry.get("disabled") is True:
+            disabled.append(name)  # the user switched it off in their client: so do we
+            continue
         servers[name] = _parse_server(name, entry)
-    return MCPConfig(servers=servers)
+    return MCPConfig(servers=servers, disabled=tuple(disabled))
 
 
 def _parse_server(name: str, entry: Any) -> ServerConfig:
