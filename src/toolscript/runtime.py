@@ -392,6 +392,7 @@ class Shell:
         self._reset_reason: str | None = None
         self._told_uncertain = False
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._last_ended = 0.0
 
     @property
     def busy(self) -> bool:
@@ -463,8 +464,11 @@ class Shell:
             runtime.journal.begin_script(script_id, self.name, 1, code, time.time())
             started = time.monotonic()
             outcome = await interpreter.execute(script_id, code, limit, runtime.grace)
-            result = _with(
-                _result_from(outcome, runtime, limit, []),
+            result = _result_from(
+                outcome,
+                runtime,
+                limit,
+                [],
                 generation=interpreter.generation,
                 script_id=script_id,
                 shell=self.name,
@@ -527,9 +531,6 @@ class Shell:
             )
         if problem is not None:
             return self._refused(script_id, problem, time_limit)
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
         self._running = script_id
         self._ended = asyncio.Event()
         try:
@@ -540,18 +541,32 @@ class Shell:
             self._arm_idle_timer()
 
     def _arm_idle_timer(self) -> None:
+        # One timer per shell, not one per run: a run only notes when it ended, and the timer,
+        # when it fires early, sets itself again for the rest of the idle time.
+        loop = asyncio.get_running_loop()
+        self._last_ended = loop.time()
         idle = self.runtime.idle_timeout
-        if idle is not None and self._interpreter is not None and not self.runtime._closed:
-            self._idle_timer = asyncio.get_running_loop().call_later(idle, self._reclaim)
+        if (
+            idle is not None
+            and self._idle_timer is None
+            and self._interpreter is not None
+            and not self.runtime._closed
+        ):
+            self._idle_timer = loop.call_later(idle, self._reclaim)
 
     def _reclaim(self) -> None:
         """The shell was idle past `idle_timeout`: its interpreter goes, its state with it."""
         self._idle_timer = None
         interpreter = self._interpreter
-        if interpreter is None or self._running is not None:
+        if interpreter is None:
+            return
+        loop = asyncio.get_running_loop()
+        idle = self.runtime.idle_timeout or 0
+        left = self._last_ended + idle - loop.time()
+        if self._running is not None or left > 0:
+            self._idle_timer = loop.call_later(max(left, idle / 10), self._reclaim)
             return
         self._interpreter = None
-        idle = self.runtime.idle_timeout or 0
         self._reset_reason = f"the shell was idle for {idle:g} s, so its interpreter was reclaimed"
         asyncio.get_running_loop().create_task(
             self._drop(interpreter, close=True, abandon_calls=False)
@@ -625,17 +640,19 @@ class Shell:
         notes: list[str],
     ) -> ScriptResult:
         runtime = self.runtime
-        result = _result_from(outcome, runtime, limit, notes)
-        if outcome.ending in ("killed", "crashed", "fault") or result.status == "crashed":
-            self._interpreter = None
-            self._reset_reason = _reset_words(outcome, result.status)
-        result = _with(
-            result,
+        result = _result_from(
+            outcome,
+            runtime,
+            limit,
+            notes,
             generation=interpreter.generation,
             script_id=script_id,
             shell=self.name,
             duration=time.monotonic() - started,
         )
+        if outcome.ending in ("killed", "crashed", "fault") or result.status == "crashed":
+            self._interpreter = None
+            self._reset_reason = _reset_words(outcome, result.status)
         journal = runtime._journal  # not `runtime.journal`: a run stopped by aclose() ends here
         assert journal is not None
         journal.end_script(script_id, result.status, time.time())
@@ -797,14 +814,17 @@ def _as_spec(item: Any) -> ToolSpec:
     raise TypeError(f"tools: {item!r} is not a tool, a ToolSpec or a function")
 
 
-def _with(result: ScriptResult, **changes: Any) -> ScriptResult:
-    from dataclasses import replace
-
-    return replace(result, **changes)
-
-
 def _result_from(
-    outcome: Outcome, runtime: Runtime, limit: float, notes: list[str]
+    outcome: Outcome,
+    runtime: Runtime,
+    limit: float,
+    notes: list[str],
+    *,
+    generation: int,
+    script_id: str,
+    shell: str,
+    duration: float,
+    log_path: str | None = None,
 ) -> ScriptResult:
     report = outcome.report
     ending = outcome.ending
@@ -858,6 +878,11 @@ def _result_from(
         calls=outcome.calls if isinstance(outcome.calls, CallReport) else CallReport(),
         time_limit=limit,
         text_limit=runtime.text_limit,
+        generation=generation,
+        script_id=script_id,
+        shell=shell,
+        duration=duration,
+        log_path=log_path,
     )
 
 

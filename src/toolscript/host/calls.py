@@ -292,7 +292,8 @@ class CallLedger:
             fates.append(CallFate(call.id, fate, cause))
             if fate != "pending" or call.host_cause is not None:
                 self._calls.pop(n, None)  # nothing more can come that the journal needs
-        self._journal.settle_calls(fates)
+        if fates:
+            self._journal.settle_calls(fates)
         self._tally = None
         self._script = None
         order = {fate: i for i, fate in enumerate(FATES)}

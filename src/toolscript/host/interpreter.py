@@ -128,6 +128,7 @@ class Interpreter:
         self.fault: str | None = None
         self.closing = False
         self.last_outcome: Outcome | None = None
+        self._quiet = False
         self._stop_reason: str | None = None
 
     # -- life --------------------------------------------------------------------------------
@@ -348,8 +349,10 @@ class Interpreter:
         """
         loop = asyncio.get_running_loop()
         marker = secrets.token_hex(8)
-        self._stdout.begin(marker)
-        self._stderr.begin(marker)
+        # The kernel writes a start marker unless it said, when the last script ended, that
+        # nothing was left that could write before this one (see the kernel's runner).
+        self._stdout.begin(marker, at_start_marker=not self._quiet)
+        self._stderr.begin(marker, at_start_marker=not self._quiet)
         self._done = loop.create_future()
         self._script = script_id
         self.ledger.begin_script(script_id)
@@ -398,6 +401,7 @@ class Interpreter:
     async def _conclude(self, report: dict[str, Any], stop_reason: str | None) -> Outcome:
         status = str(report.get("status"))
         gone = status in ("killed", "crashed", "fault")
+        self._quiet = report.get("quiet") is True
         if gone:
             await self.kill()
             try:

@@ -128,6 +128,7 @@ class CallTable:
         self._numbers = itertools.count(1)
         self._waiting: dict[int, _Call] = {}
         self._acks: list[list[Any]] = []
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._other_loops = threading.Lock()
         self.tool_qualnames: frozenset[str] = frozenset()
         self.never_awaited: list[str] = []
@@ -271,11 +272,14 @@ class CallTable:
                 # Not at the end of this pass of the loop, but a moment later: the script's
                 # next call (which carries them) or its end (which flushes them) usually
                 # comes first, and then no pass of the loop is spent on them alone.
-                self._loop.call_later(ACK_DELAY, self.flush_acks)
+                self._ack_timer = self._loop.call_later(ACK_DELAY, self.flush_acks)
         else:
             self._post(encode({"t": "ack", "acks": [ack]}))
 
     def flush_acks(self) -> None:
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
         if self._acks:
             acks, self._acks = self._acks, []
             self._post(encode({"t": "ack", "acks": acks}))

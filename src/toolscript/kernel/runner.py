@@ -89,6 +89,7 @@ class Kernel:
         self.loop.set_task_factory(_task_factory)
         self._outbox: list[bytes] = []
         self._wrote_alone = False
+        self._quiet = False  # no start marker is needed for the next script
         self._script: _Script | None = None
         self.namespace: dict[str, Any] = {
             "__name__": "__main__",
@@ -172,7 +173,8 @@ class Kernel:
         self._script = script
         sys.stdout = self._stdout
         sys.stderr = self._stderr
-        self._mark_output(b"\x00>" + script.marker.encode("ascii") + b"\x00")
+        if not self._quiet:
+            self._mark_output(b"\x00>" + script.marker.encode("ascii") + b"\x00")
         try:
             code = _compile_cell(str(message["code"]), f"<script {script.id}>")
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as error:
@@ -244,12 +246,38 @@ class Kernel:
         report["script"] = script.id
         self._mark_output(b"\x00" + script.marker.encode("ascii") + b"\x00")
         self.calls.flush_acks()
+        self._quiet = report["quiet"] = self._nothing_left_running()
         try:
             frame = encode(report)
         except (TypeError, ValueError, RecursionError):
             frame = encode({k: v for k, v in report.items() if k != "exit"})
         self.post(frame)
         self._flush()
+
+    def _nothing_left_running(self) -> bool:
+        """Whether nothing the script started can run before the next script: no task, no
+        timer, no thread, no child process.
+
+        Then nothing can write to fd 1 or 2 between the two scripts, and the next script needs
+        no start marker: the host attributes what follows this script's end marker to the
+        next script at once (it learns this from `done`). A start marker costs two pipe
+        writes and two wake-ups of the host, a third of a trivial run. (A daemon the script
+        double-forked could still write at any time, during a script as well as between.)
+        """
+        current = asyncio.current_task(self.loop)
+        if any(task is not current and not task.done() for task in asyncio.all_tasks(self.loop)):
+            return False
+        if any(not handle.cancelled() for handle in self.loop._scheduled):  # type: ignore[attr-defined]
+            return False
+        if threading.active_count() > 1:
+            return False
+        try:
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True  # no child at all
+        except OSError:
+            return False
+        return False
 
     def _mark_output(self, marker: bytes) -> None:
         """Flush what Python holds for fd 1 and 2, then write `marker` to both (see the host's
