@@ -9,18 +9,12 @@ from typing import Any
 
 import pytest
 
-from toolscript import Runtime, Shell, tool
+from toolscript import Runtime, tool
 
 from .helpers import agent_for, said_to_model
 from .standins import Reply, StandIn
 
 pytestmark = pytest.mark.timeout(30)
-
-needs_background = pytest.mark.skipif(
-    not hasattr(Shell, "start"),
-    reason="Shell.start (background scripts) is not in toolscript.runtime yet; "
-    "these tests run once it lands",
-)
 
 
 class Gate:
@@ -105,7 +99,6 @@ async def test_an_abort_while_a_real_script_waits_on_a_tool_ends_the_turn_aborte
     assert turn.error is not None and "while the script of run_python call" in turn.error
 
 
-@needs_background
 async def test_finish_waits_for_a_real_background_script_and_is_refused_until_it_was_read(
     standin: StandIn, runtime: Runtime, gate: Gate
 ) -> None:
