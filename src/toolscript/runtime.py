@@ -962,5 +962,3 @@ def _size(value: int | None) -> str:
         return "none"
     return f"{value / 1024**3:g} GiB" if value >= 1024**3 else f"{value / 1024**2:g} MiB"
 
-
-OnDone = Callable[[ScriptResult], Any]
