@@ -31,6 +31,9 @@ from .template import Template, TemplateError, kernel_command
 OUTPUT_END_WAIT = 2.0
 """Seconds to wait, after a script ends, for its output's end marker on both pipes."""
 
+BATCH = 64
+"""Frames a burst may hold before a piece of it is written."""
+
 EXIT_STATUS_WAIT = 1.0
 """Seconds to wait for the template's word on how a forked kernel ended."""
 
@@ -450,6 +453,13 @@ class Interpreter:
         frame = codec.encode(message)
         if self._outbox:
             self._outbox.append(frame)
+            if len(self._outbox) >= BATCH:
+                # A long burst goes out in pieces, so the kernel starts on the first
+                # answers while the rest are still being made.
+                frames, self._outbox = self._outbox, []
+                channel.write(b"".join(frames))
+                self._outbox = []
+                asyncio.get_running_loop().call_soon(self._flush)
         elif not self._wrote_alone:
             channel.write(frame)
             self._wrote_alone = True
