@@ -961,4 +961,3 @@ def _size(value: int | None) -> str:
     if value is None:
         return "none"
     return f"{value / 1024**3:g} GiB" if value >= 1024**3 else f"{value / 1024**2:g} MiB"
-
