@@ -23,6 +23,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from .host import busypoll
+from .host.busypoll import DEFAULT_WINDOW as DEFAULT_BUSY_POLL
+from .host.busypoll import LoopPoll
 from .host.calls import CallReport
 from .host.catalogue import ToolCatalogue
 from .host.environment import resolve_limits, scrubbed_environment
@@ -90,6 +93,9 @@ class Runtime:
     - `max_background` (8): background scripts running at once; one more is refused.
     - `idle_timeout` (900 s; None: never): an idle shell's interpreter is reclaimed after it.
     - `log_limit`: bytes of a background script's log file (64 MiB).
+    - `busy_poll` (0.0003 s; 0: off): while a reply is due, the host's event loop and the
+      kernel poll for it this long before they sleep, when a core is spare for it. It trades
+      a bounded amount of CPU for a tool call's round trip (see `toolscript.host.busypoll`).
     """
 
     def __init__(
@@ -117,6 +123,7 @@ class Runtime:
         max_background: int = 8,
         idle_timeout: float | None = 900.0,
         log_limit: int = 64 * 1024 * 1024,
+        busy_poll: float = DEFAULT_BUSY_POLL,
     ) -> None:
         _positive("default_time_limit", default_time_limit)
         _positive("max_time_limit", max_time_limit)
@@ -133,6 +140,8 @@ class Runtime:
         if type(text_limit) is not int or text_limit < 1000:
             raise ValueError("text_limit must be a whole number of characters, at least 1000")
         _positive("queue_timeout", queue_timeout)
+        if type(busy_poll) not in (int, float) or not 0 <= busy_poll <= 0.01:
+            raise ValueError("busy_poll must be a number of seconds from 0 to 0.01")
         _positive("idle_timeout", idle_timeout, allow_none=True)
         for knob, value, least in (
             ("pool_size", pool_size, 0),
@@ -168,6 +177,8 @@ class Runtime:
         self.max_background = max_background
         self.idle_timeout = idle_timeout
         self.log_limit = log_limit
+        self.busy_poll = float(busy_poll)
+        self._busy: LoopPoll | None = None
         self.template_failure: str | None = None
         """Why interpreters are started afresh instead of forked from the template, if so."""
         self._template: Template | None = None
@@ -211,6 +222,7 @@ class Runtime:
             specs.extend(self._mcp.specs())
             self._mcp.set_on_change(self._tools_changed)
         self._catalogue = ToolCatalogue(specs, self.tool_timeout)
+        self._busy = busypoll.attach(self.busy_poll)
         self._workdir = Path(tempfile.mkdtemp(prefix="toolscript-"))
         self._log_dir = base / "logs" / "background"
         if self.fork and hasattr(os, "fork") and hasattr(os, "pidfd_open"):
@@ -292,6 +304,9 @@ class Runtime:
             await self._mcp.aclose()
         if self._journal is not None:
             self._journal.close()
+        if self._busy is not None:
+            busypoll.detach(self._busy)
+            self._busy = None
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
@@ -364,6 +379,7 @@ class Runtime:
             output_limit=self.output_limit,
             template=self._template,
             preload=tuple(self.preload),
+            busy=self._busy,
         )
 
     def _folder(self, shell: str) -> Path:

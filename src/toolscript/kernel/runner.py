@@ -42,8 +42,9 @@ import traceback
 import types
 from typing import Any
 
+from .busypoll import BusyPoll
 from .calls import CallTable, ScriptTask, ToolError, ToolTimeout
-from .wire import FrameError, FrameReader, encode
+from .wire import ChannelReader, FrameError, FrameReader, encode
 
 _KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 _ASYNCIO_DIR = os.path.dirname(os.path.abspath(asyncio.__file__))
@@ -52,14 +53,19 @@ _VALUE_NAME = "__toolscript_value__"
 
 
 class _WatchedSelector(selectors.DefaultSelector):
-    """The loop's selector, which says whether the main thread is idle in it."""
+    """The loop's selector, which says whether the main thread is idle in it, and polls for a
+    moment before sleeping while a reply from the host is due (see `busypoll`)."""
 
     idle = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.busy = BusyPoll()
 
     def select(self, timeout: float | None = None) -> Any:
         self.idle = True
         try:
-            return super().select(timeout)
+            return self.busy.select(super().select, timeout)
         finally:
             self.idle = False
 
@@ -121,7 +127,9 @@ class Kernel:
         """
         if threading.get_ident() != _MAIN:
             self.loop.call_soon_threadsafe(self.post, frame)
-        elif self._outbox:
+            return
+        self._selector.busy.expect()  # the host answers calls and scripts at once
+        if self._outbox:
             self._outbox.append(frame)
             if len(self._outbox) >= BATCH:
                 self._flush_batch()
@@ -149,7 +157,7 @@ class Kernel:
 
     # -- receiving ---------------------------------------------------------------------------
 
-    def received(self, data: bytes) -> None:
+    def received(self, data: memoryview) -> None:
         self._wrote_alone = False
         try:
             messages = self._reader.feed(data)
@@ -182,6 +190,8 @@ class Kernel:
     def _start_script(self, message: dict[str, Any]) -> None:
         script = _Script(str(message["script"]), str(message["marker"]))
         self._script = script
+        window = message.get("busy_poll", 0.0)
+        self._selector.busy.window = window if type(window) is float and window < 0.01 else 0.0
         sys.stdout = self._stdout
         sys.stderr = self._stderr
         if not self._quiet:
@@ -391,12 +401,16 @@ class Kernel:
                 continue
 
 
-class _Channel(asyncio.Protocol):
+class _Channel(asyncio.BufferedProtocol):
     def __init__(self, kernel: Kernel) -> None:
         self._kernel = kernel
+        self._buffer = ChannelReader()
 
-    def data_received(self, data: bytes) -> None:
-        self._kernel.received(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._kernel.received(self._buffer.received(nbytes))
 
     def connection_lost(self, exc: Exception | None) -> None:
         os._exit(0)  # the host closed the channel or died: end with it

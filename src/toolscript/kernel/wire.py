@@ -55,29 +55,58 @@ class FrameReader:
         self._max_frame = max_frame
         self._decode = decode or decode_body
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[dict[str, Any]]:
+        """Every message completed by `data`. `data` may be a view of the caller's receive
+        buffer: nothing here keeps it past the call (a partial frame is copied)."""
         buffer = self._buffer
-        buffer += data
+        if buffer:
+            buffer += data
+            view: bytes | bytearray | memoryview = buffer
+        else:
+            view = data  # the usual case: whole frames, read straight from what arrived
         messages: list[dict[str, Any]] = []
         decode = self._decode
         position = 0
-        end = len(buffer)
+        end = len(view)
         while True:
             if end - position < 4:
                 break
-            (length,) = _unpack_from(buffer, position)
+            (length,) = _unpack_from(view, position)
             if length > self._max_frame:
                 raise FrameError(
                     f"a frame announced {length:,} bytes, over the bound of {self._max_frame:,}"
                 )
             if end - position - 4 < length:
                 break
-            body = bytes(buffer[position + 4 : position + 4 + length])
+            body = bytes(view[position + 4 : position + 4 + length])
             position += 4 + length
             messages.append(decode(body))
-        if position:
-            del buffer[:position]
+        if view is buffer:
+            if position:
+                del buffer[:position]
+        elif position < end:
+            buffer += view[position:]
         return messages
+
+
+class ChannelReader:
+    """A receive buffer for `asyncio.BufferedProtocol`: the transport reads into it in place.
+
+    A plain `Protocol` costs a fresh 256 KiB bytes object per read (asyncio's read size),
+    which the allocator maps and unmaps each time: about 16 µs per read warm, twice that cold.
+    """
+
+    __slots__ = ("_view",)
+
+    def __init__(self, size: int = 256 * 1024) -> None:
+        self._view = memoryview(bytearray(size))
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._view
+
+    def received(self, nbytes: int) -> memoryview:
+        """The bytes the last read put in the buffer; valid until the next read."""
+        return self._view[:nbytes]
 
 
 def decode_body(body: bytes) -> dict[str, Any]:

@@ -1,0 +1,183 @@
+"""Busy polling: each side polls for a reply before it sleeps, bounded, and only with a core
+spare; the host's event loop is left as it was found."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolscript import Runtime
+from toolscript.host import busypoll
+from toolscript.kernel.busypoll import MISSES_BEFORE_BACKING_OFF, RETRY_EVERY, BusyPoll
+
+from .conftest import MakeRuntime, wait_for_file
+
+CORES = len(os.sched_getaffinity(0))
+
+
+class FakeSelect:
+    """A selector's `select`: nothing ready for `empty` polls, then one event."""
+
+    def __init__(self, empty: int | None) -> None:
+        self.empty = empty
+        self.calls: list[float | None] = []
+
+    def __call__(self, timeout: float | None) -> list[Any]:
+        self.calls.append(timeout)
+        if self.empty is not None and len(self.calls) > self.empty:
+            return ["event"]
+        return []
+
+
+def test_a_due_reply_is_polled_for_without_sleeping_and_found() -> None:
+    poll = BusyPoll(window=10.0)
+    poll.expect()
+    select = FakeSelect(empty=5)
+    assert poll.select(select, None) == ["event"]
+    assert select.calls == [0] * 6  # never slept
+    assert poll.misses == 0
+
+
+def test_without_a_due_reply_the_selector_sleeps_at_once() -> None:
+    poll = BusyPoll(window=10.0)
+    select = FakeSelect(empty=None)
+    assert poll.select(select, 2.5) == []
+    assert select.calls == [2.5]
+
+
+def test_polling_ends_with_the_window_then_sleeps_and_counts_a_miss() -> None:
+    poll = BusyPoll(window=0.002)
+    poll.expect()
+    select = FakeSelect(empty=None)
+    assert poll.select(select, None) == []
+    assert select.calls[-1] is None  # slept, with no bound, once the window ended
+    assert set(select.calls[:-1]) == {0} and len(select.calls) > 1
+    assert poll.misses == 1
+
+
+def test_polling_never_outlasts_the_callers_timeout() -> None:
+    poll = BusyPoll(window=10.0)
+    poll.expect()
+    select = FakeSelect(empty=None)
+    assert poll.select(select, 0.002) == []
+    last = select.calls[-1]
+    assert last is not None and 0 <= last <= 0.002
+    assert poll.misses == 0  # the timeout ended it, not the window
+
+
+def test_a_zero_timeout_keeps_the_due_reply_for_the_real_sleep() -> None:
+    poll = BusyPoll(window=10.0)
+    poll.expect()
+    select = FakeSelect(empty=None)
+    poll.select(select, 0)
+    assert select.calls == [0]
+    assert poll.due  # still due: the loop had work, it did not sleep yet
+
+
+def test_replies_that_keep_coming_late_make_it_poll_only_now_and_then() -> None:
+    poll = BusyPoll(window=0.0005)
+    for _ in range(MISSES_BEFORE_BACKING_OFF):
+        poll.expect()
+        poll.select(FakeSelect(empty=None), None)
+    armed = 0
+    for _ in range(RETRY_EVERY * 3):
+        poll.expect()
+        armed += bool(poll.due)
+        poll.due = 0.0
+    assert armed == 3
+    poll.expect()
+    while not poll.due:
+        poll.expect()
+    assert poll.select(FakeSelect(empty=0), None) == ["event"]
+    assert poll.misses == 0  # a reply in time: polling is back for every reply
+
+
+def test_a_window_of_zero_never_polls() -> None:
+    poll = BusyPoll(window=0.0)
+    poll.expect()
+    select = FakeSelect(empty=None)
+    poll.select(select, None)
+    assert select.calls == [None]
+
+
+@pytest.mark.timeout(10)
+async def test_the_hosts_loop_gets_its_selector_back_when_the_last_runtime_closes() -> None:
+    loop = asyncio.get_running_loop()
+    selector: Any = getattr(loop, "_selector", None)
+    if not isinstance(loop, asyncio.SelectorEventLoop) or selector is None:
+        shared = busypoll.attach(0.0003)  # another loop (uvloop): its selector is not touched
+        assert shared is None or shared._selector is None
+        if shared is not None:
+            busypoll.detach(shared)
+        return
+    first = busypoll.attach(0.0003)
+    second = busypoll.attach(0.0003)
+    if CORES < 2:
+        assert first is None and second is None
+        return
+    assert first is second is not None
+    assert "select" in vars(selector)
+    busypoll.detach(first)
+    assert "select" in vars(selector)  # the other runtime still uses it
+    busypoll.detach(second)
+    assert "select" not in vars(selector)
+
+
+@pytest.mark.timeout(10)
+async def test_a_window_of_zero_leaves_the_hosts_loop_alone() -> None:
+    selector = getattr(asyncio.get_running_loop(), "_selector", None)
+    before = dict(vars(selector)) if selector is not None else None
+    assert busypoll.attach(0.0) is None
+    assert (dict(vars(selector)) if selector is not None else None) == before
+
+
+@pytest.mark.timeout(30)
+async def test_a_kernel_is_told_to_poll_while_a_core_is_spare_and_not_when_it_is_off(
+    make_runtime: MakeRuntime,
+) -> None:
+    window = "asyncio.get_running_loop()._selector.busy.window"
+    polling = await make_runtime(busy_poll=0.0004)
+    result = await polling.shell().run(f"import asyncio\n{window}")
+    assert result.status == "ok", result.text
+    assert float(result.value or "nan") == (0.0004 if CORES >= 2 else 0.0)
+    quiet = await make_runtime(busy_poll=0)
+    result = await quiet.shell().run(f"import asyncio\n{window}")
+    assert float(result.value or "nan") == 0.0
+
+
+@pytest.mark.timeout(60)
+async def test_with_every_core_taken_by_a_script_no_kernel_is_told_to_poll(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    runtime = await make_runtime(busy_poll=0.0004, pool_size=CORES + 1)
+    shells = [runtime.shell() for _ in range(CORES)]
+    holders = []
+    for index, shell in enumerate(shells[:-1]):
+        started = tmp_path / f"started-{index}"
+        holders.append(
+            asyncio.ensure_future(
+                shell.run(
+                    f"import asyncio, pathlib\npathlib.Path({str(started)!r}).touch()\n"
+                    "await asyncio.sleep(30)"
+                )
+            )
+        )
+        await wait_for_file(started)
+    # Every core but one has a script; this one takes the last.
+    last = await shells[-1].run("import asyncio\nasyncio.get_running_loop()._selector.busy.window")
+    assert float(last.value or "nan") == 0.0
+    for holder in holders:
+        holder.cancel()
+    await asyncio.gather(*holders, return_exceptions=True)
+    after = await shells[-1].run("asyncio.get_running_loop()._selector.busy.window")
+    assert float(after.value or "nan") == 0.0004  # the cores are spare again
+
+
+@pytest.mark.parametrize("bad", [-0.001, 0.5, "fast", None])
+def test_a_bad_busy_poll_is_refused_naming_the_knob(bad: Any) -> None:
+    with pytest.raises(ValueError, match="busy_poll"):
+        Runtime(busy_poll=bad)

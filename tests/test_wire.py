@@ -1,0 +1,57 @@
+"""The frame reader, fed the way the channels feed it: views of one reused receive buffer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toolscript.kernel.wire import ChannelReader, FrameError, FrameReader, encode
+
+
+def frames(*messages: dict[str, object]) -> bytes:
+    return b"".join(encode(message) for message in messages)
+
+
+def feed_through_buffer(reader: FrameReader, data: bytes, chunk: int) -> list[dict[str, object]]:
+    """Feed `data` in pieces of `chunk` bytes, each copied into the same receive buffer and
+    overwritten by the next, as `asyncio.BufferedProtocol` does."""
+    channel = ChannelReader(size=max(chunk, 1))
+    got: list[dict[str, object]] = []
+    for start in range(0, len(data), chunk):
+        piece = data[start : start + chunk]
+        buffer = channel.get_buffer(-1)
+        buffer[: len(piece)] = piece
+        got.extend(reader.feed(channel.received(len(piece))))
+    return got
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 64, 4096])
+def test_frames_split_anywhere_across_reads_of_one_buffer_come_out_whole(chunk: int) -> None:
+    messages = [{"t": "call", "n": n, "args": {"text": "é" * n}} for n in range(30)]
+    data = frames(*messages)
+    assert feed_through_buffer(FrameReader(), data, chunk) == messages
+
+
+def test_a_partial_frame_is_kept_even_when_the_buffer_is_overwritten() -> None:
+    reader = FrameReader()
+    data = frames({"t": "a"}, {"t": "b", "x": "y" * 100})
+    channel = ChannelReader(size=len(data))
+    view = channel.get_buffer(-1)
+    view[: len(data) - 10] = data[:-10]
+    assert reader.feed(channel.received(len(data) - 10)) == [{"t": "a"}]
+    view[:] = b"\xff" * len(view)  # the next read overwrites the whole buffer
+    view[:10] = data[-10:]
+    assert reader.feed(channel.received(10)) == [{"t": "b", "x": "y" * 100}]
+
+
+def test_a_length_over_the_bound_is_a_frame_error() -> None:
+    reader = FrameReader(max_frame=100)
+    with pytest.raises(FrameError, match="over the bound"):
+        reader.feed(memoryview((101).to_bytes(4, "big") + b"{}"))
+
+
+def test_a_body_that_is_not_a_json_object_is_a_frame_error() -> None:
+    body = json.dumps([1, 2]).encode()
+    with pytest.raises(FrameError, match="not an object"):
+        FrameReader().feed(memoryview(len(body).to_bytes(4, "big") + body))
