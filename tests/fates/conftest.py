@@ -8,6 +8,7 @@ a test knows exactly which calls had an answer when a script's result was settle
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -93,8 +94,13 @@ class Desk:
             return f"stubborn-{x}"
 
         @tool
-        async def stamp(path: str) -> str:
-            """Write a file at `path`, then answer at once."""
+        async def stamp(path: str, after: str | None = None) -> str:
+            """Write a file at `path`, then answer at once; first, if `after` is given, wait
+            (bounded) until a file exists there."""
+            if after is not None:
+                give_up = time.monotonic() + WAIT
+                while not Path(after).exists() and time.monotonic() < give_up:
+                    await asyncio.sleep(0.002)
             Path(path).write_text("answered")
             return "stamped"
 
@@ -152,18 +158,26 @@ async def runtime(make_runtime: MakeRuntime) -> Runtime:
 def hold_the_loop_source(flag: Path, then: float) -> str:
     """Script source defining `hold_the_loop()`, which blocks the script's event loop.
 
-    It blocks with `time.sleep` until `flag` exists (the `stamp` tool's handler wrote it, so
-    the host has answered), then `then` seconds more, so the answer reaches the kernel while
-    no callback can run. It gives up after `WAIT` seconds if the flag never comes.
+    It says it is holding by creating `holding_file(flag)` (pass that as `stamp`'s `after`,
+    so the host answers only once the loop is held), then blocks with `time.sleep` until
+    `flag` exists (the `stamp` tool's handler wrote it, so the host has answered), then
+    `then` seconds more, so the answer reaches the kernel while no callback can run. It
+    gives up after `WAIT` seconds if the flag never comes.
     """
     return (
         "import os as _os, time as _time\n"
         "def hold_the_loop():\n"
+        f"    open({holding_file(flag)!r}, 'w').close()\n"
         f"    give_up = _time.monotonic() + {WAIT}\n"
         f"    while not _os.path.exists({str(flag)!r}) and _time.monotonic() < give_up:\n"
         "        _time.sleep(0.002)\n"
         f"    _time.sleep({then})\n"
     )
+
+
+def holding_file(flag: Path) -> str:
+    """The file `hold_the_loop()` creates when it starts holding the loop."""
+    return f"{flag}.holding"
 
 
 def only_record(records: tuple[CallRecord, ...], tool: str, args_brief: str) -> CallRecord:

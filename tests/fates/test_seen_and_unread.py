@@ -8,7 +8,7 @@ import pytest
 
 from toolscript import Runtime
 
-from .conftest import Desk, call_line, hold_the_loop_source, only_record
+from .conftest import Desk, call_line, hold_the_loop_source, holding_file, only_record
 
 
 @pytest.mark.timeout(20)
@@ -147,7 +147,7 @@ async def test_a_call_cancelled_after_its_answer_arrived_but_before_its_code_too
     code = hold_the_loop_source(flag, then=0.2) + (
         "import asyncio\n"
         "async def wrapper():\n"
-        f"    return await stamp(path={str(flag)!r})\n"
+        f"    return await stamp(path={str(flag)!r}, after={holding_file(flag)!r})\n"
         "loop = asyncio.get_running_loop()\n"
         "def hold_then_cancel():\n"
         "    hold_the_loop()\n"

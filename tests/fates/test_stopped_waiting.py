@@ -14,7 +14,7 @@ import pytest
 
 from toolscript import Runtime
 
-from .conftest import Desk, call_line, hold_the_loop_source, only_record
+from .conftest import Desk, call_line, hold_the_loop_source, holding_file, only_record
 
 
 @pytest.mark.timeout(20)
@@ -144,7 +144,7 @@ async def test_a_call_the_script_holds_its_loop_past_is_late_with_the_answer_it_
         "    hold_the_loop()\n"
         "holder = asyncio.create_task(holder_task())\n"
         "try:\n"
-        f"    got = await stamp(path={str(flag)!r}, timeout=0.2)\n"
+        f"    got = await stamp(path={str(flag)!r}, after={holding_file(flag)!r}, timeout=0.2)\n"
         "except ToolTimeout:\n"
         "    got = 'ToolTimeout'\n"
         "await holder\n"

@@ -69,6 +69,13 @@ HOSTILE_PAYLOADS = {
     )
     + frame({"t": "ack", "acks": [[77]]}),
     "an ack with an unhashable number": frame({"t": "ack", "acks": [[[1], "seen"]]}),
+    "a call carrying acks that are a number": frame(
+        {"t": "call", "n": 76, "tool": "measure", "args": {}, "acks": 5}
+    ),
+    "a call carrying an ack of an unknown kind for the call before it": frame(
+        {"t": "call", "n": 74, "tool": "nothing", "args": {}}
+    )
+    + frame({"t": "call", "n": 75, "tool": "nothing", "args": {}, "acks": [[74, "maybe"]]}),
 }
 
 

@@ -523,6 +523,14 @@ class Interpreter:
         for message in messages:
             kind = message.get("t")
             if kind == "call":
+                acks = message.get("acks")
+                if acks is not None:
+                    # The kernel's word on earlier calls, carried along: those calls may be
+                    # in this very batch, so they are registered first.
+                    if calls:
+                        self._dispatch(calls)
+                        calls = []
+                    self.ledger.acknowledged(acks)
                 calls.append(message)
                 continue
             if calls:

@@ -12,7 +12,8 @@ up), so the kernel says it, at the moment it happens:
   cancellation by the script's `wait_for`/`gather`/`TaskGroup`, a stop), and whether the answer
   had already reached the kernel.
 
-Acknowledgements are batched with every other outgoing frame, once per loop iteration.
+Acknowledgements travel in the script's next call frame, or on their own a moment later
+(`ACK_DELAY`), or with the script's `done`, whichever comes first.
 """
 
 from __future__ import annotations
@@ -149,10 +150,20 @@ class CallTable:
         caller = sys._getframe(1)
         task = asyncio.current_task(loop)
         n = next(self._numbers)
+        message: dict[str, Any] = {
+            "t": "call",
+            "n": n,
+            "tool": key,
+            "args": args,
+            "script": self._script_id(),
+        }
+        acks = self._acks
+        if acks and loop is self._loop:
+            # Acknowledgements still waiting travel in the call's own frame: one frame and one
+            # wake-up of the host for both.
+            message["acks"] = acks
         try:
-            frame = encode(
-                {"t": "call", "n": n, "tool": key, "args": args, "script": self._script_id()}
-            )
+            frame = encode(message)
         except (TypeError, ValueError, RecursionError, MemoryError) as error:
             reason = f"its arguments cannot be sent as JSON ({type(error).__name__}: {error})"
             self._post(
@@ -168,6 +179,8 @@ class CallTable:
                 )
             )
             raise ToolError(f"{key}: the call was not sent: {reason}") from None
+        if "acks" in message:
+            self._acks = []
         future: asyncio.Future[Any] = loop.create_future()
         call = _Call(n, loop, future)
         call.held_by_task = (
@@ -176,11 +189,6 @@ class CallTable:
             and getattr(task.get_coro(), "cr_frame", None) is caller
         )
         self._waiting[n] = call
-        if self._acks and loop is self._loop:
-            # Acknowledgements still waiting go in the same write as the call: one wake-up
-            # of the host for both.
-            acks, self._acks = self._acks, []
-            frame = encode({"t": "ack", "acks": acks}) + frame
         self._post(frame)
         timer = None
         if timeout is not None:
@@ -268,10 +276,11 @@ class CallTable:
     def _queue_ack(self, ack: list[Any]) -> None:
         if threading.get_ident() == _MAIN_THREAD:
             self._acks.append(ack)
-            if len(self._acks) == 1:
+            if self._ack_timer is None:
                 # Not at the end of this pass of the loop, but a moment later: the script's
                 # next call (which carries them) or its end (which flushes them) usually
-                # comes first, and then no pass of the loop is spent on them alone.
+                # comes first, and then no pass of the loop is spent on them alone. One
+                # timer at a time: a call that carries the acknowledgements leaves it be.
                 self._ack_timer = self._loop.call_later(ACK_DELAY, self.flush_acks)
         else:
             self._post(encode({"t": "ack", "acks": [ack]}))
