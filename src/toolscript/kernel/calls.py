@@ -221,10 +221,10 @@ class CallTable:
             self.acknowledge_seen(n)
         if answer.get("ok"):
             return from_wire(answer.get("value"))
-        message = str(answer.get("message", "the tool reported an error"))
+        said = str(answer.get("message", "the tool reported an error"))
         if answer.get("error") == "ToolTimeout":
-            raise ToolTimeout(message)
-        raise ToolError(message)
+            raise ToolTimeout(said)
+        raise ToolError(said)
 
     def _expire(self, call: _Call) -> None:
         if not call.future.done():
