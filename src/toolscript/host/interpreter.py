@@ -436,6 +436,11 @@ class Interpreter:
                 await asyncio.wait_for(self._pipes_closed.wait(), OUTPUT_END_WAIT)
             except TimeoutError:
                 pass
+        elif report.get("drained") is True and self._quiet:
+            # The kernel found both pipes read to the end, so the script's output has all
+            # been fed to the captures already: it ends here, with no marker to wait for.
+            self._stdout.end_here()
+            self._stderr.end_here()
         else:
             await self._stdout.wait_ended(OUTPUT_END_WAIT)
             await self._stderr.wait_ended(OUTPUT_END_WAIT)

@@ -9,6 +9,12 @@ to nobody (a thread or subprocess that outlived its script) and are only counted
 marker matters because the host may not have read everything written between two scripts
 when it begins the next one: without it, those bytes would be taken as the next script's.
 
+Either marker is left out when it cannot matter, since each costs two pipe writes and two
+wake-ups of the host. The start marker: when the previous script left nothing running that
+could write. The end marker: when, besides, the kernel finds both pipes read to the end as
+the script ends (FIONREAD on the pipe), so the host has been fed every byte before it reads
+`done`.
+
 Memory is bounded however much is written: the first half of the limit and the last half are
 kept, and what lies between is counted, never held.
 """
@@ -105,12 +111,14 @@ class StreamCapture:
     def close(self) -> None:
         """The pipe closed: whatever was held back as a possible marker start is the script's."""
         self.closed = True
-        if self._capturing and self._window:
-            if self._waiting:
-                self.unattributed_bytes += len(self._window)
-            else:
-                self._keep(self._window)
-            self._window = b""
+        self._settle_window()
+        self._ended.set()
+
+    def end_here(self) -> None:
+        """The script's output ends at what was read so far (the kernel found the pipe read to
+        the end when the script ended, and nothing left that could write: no end marker)."""
+        self._settle_window()
+        self._capturing = False
         self._ended.set()
 
     async def wait_ended(self, timeout: float) -> bool:
@@ -126,12 +134,7 @@ class StreamCapture:
 
     def take(self) -> Captured:
         """The current script's output so far; capturing stops."""
-        if self._capturing and self._window:
-            if self._waiting:
-                self.unattributed_bytes += len(self._window)
-            else:
-                self._keep(self._window)
-            self._window = b""
+        self._settle_window()
         self._capturing = False
         head = bytes(self._head)
         tail = bytes(self._tail[-self._half :])
@@ -146,6 +149,16 @@ class StreamCapture:
         self._tail = bytearray()
         self._total = 0
         return captured
+
+    def _settle_window(self) -> None:
+        """What was held back as a possible marker's start is the script's after all (or
+        nobody's, before its start marker)."""
+        if self._capturing and self._window:
+            if self._waiting:
+                self.unattributed_bytes += len(self._window)
+            else:
+                self._keep(self._window)
+            self._window = b""
 
     def _keep(self, data: bytes) -> None:
         if not data:

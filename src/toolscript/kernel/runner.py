@@ -30,13 +30,16 @@ import ast
 import asyncio
 import builtins
 import contextlib
+import fcntl
 import io
 import linecache
 import os
 import selectors
 import signal
 import socket
+import stat
 import sys
+import termios
 import threading
 import traceback
 import types
@@ -96,6 +99,7 @@ class Kernel:
         self._outbox: list[bytes] = []
         self._wrote_alone = False
         self._quiet = False  # no start marker is needed for the next script
+        self._pipes = _is_pipe(1) and _is_pipe(2)  # so `_unread` can tell what is unread
         self._script: _Script | None = None
         self.namespace: dict[str, Any] = {
             "__name__": "__main__",
@@ -265,9 +269,15 @@ class Kernel:
         script.value = None
         report["t"] = "done"
         report["script"] = script.id
-        self._mark_output(b"\x00" + script.marker.encode("ascii") + b"\x00")
         self.calls.flush_acks()
         self._quiet = report["quiet"] = self._nothing_left_running()
+        self._flush_streams()
+        if self._quiet and self._pipes and not _unread(1) and not _unread(2):
+            # Everything the script wrote has been read by the host already, and nothing
+            # is left that could write more: its output ends here, no marker needed.
+            report["drained"] = True
+        else:
+            self._mark_output(b"\x00" + script.marker.encode("ascii") + b"\x00")
         try:
             frame = encode(report)
         except (TypeError, ValueError, RecursionError):
@@ -300,14 +310,17 @@ class Kernel:
             return False
         return False
 
-    def _mark_output(self, marker: bytes) -> None:
-        """Flush what Python holds for fd 1 and 2, then write `marker` to both (see the host's
-        `toolscript.host.output`: the markers say which bytes are the script's)."""
+    def _flush_streams(self) -> None:
         for stream in (self._stdout, self._stderr):
             try:
                 stream.flush()
             except (OSError, ValueError):
                 pass
+
+    def _mark_output(self, marker: bytes) -> None:
+        """Flush what Python holds for fd 1 and 2, then write `marker` to both (see the host's
+        `toolscript.host.output`: the markers say which bytes are the script's)."""
+        self._flush_streams()
         for fd in (1, 2):
             try:
                 os.write(fd, marker)
@@ -414,6 +427,22 @@ class _Channel(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         os._exit(0)  # the host closed the channel or died: end with it
+
+
+def _is_pipe(fd: int) -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
+def _unread(fd: int) -> int:
+    """Bytes written to the pipe `fd` that its reader (the host) has not read yet; a pipe's
+    write end answers FIONREAD for the whole pipe. -1 when it cannot be told."""
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+    except OSError:
+        return -1
 
 
 def _task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
