@@ -285,6 +285,10 @@ class CallLedger:
     def settle(self, interpreter_gone: bool) -> CallReport:
         """Close the running script's report: every call it made gets its fate now."""
         tally = self._tally or _Tally()
+        if not tally.made and not tally.made_before_start and not tally.open:
+            self._tally = None
+            self._script = None
+            return CallReport()  # the common case of a script that called no tool
         fates: list[CallFate] = []
         for n, call in list(tally.open.items()):
             fate, cause = _fate(call, interpreter_gone)

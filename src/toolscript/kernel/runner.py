@@ -462,9 +462,10 @@ def _compile_cell(source: str, filename: str) -> types.CodeType:
     tree = ast.parse(source, filename, "exec")
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = tree.body[-1]
-        assign = ast.Assign(targets=[ast.Name(_VALUE_NAME, ast.Store())], value=last.value)
+        # Only the two new nodes need a location: no walk over the whole tree for it.
+        target = ast.copy_location(ast.Name(_VALUE_NAME, ast.Store()), last)
+        assign = ast.Assign(targets=[target], value=last.value)
         tree.body[-1] = ast.copy_location(assign, last)
-        ast.fix_missing_locations(tree)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     code: types.CodeType = compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     return code
