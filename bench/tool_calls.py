@@ -9,7 +9,10 @@ Measures, in each round (rounds interleave everything so machine noise hits all 
   timed inside the script (median, p99);
 - calls per second from one script through `asyncio.gather` over `--gather` calls;
 - the same throughput with the journal in a file (the default), in memory, and off (a journal
-  that does nothing, for comparison only: toolscript itself never runs without one).
+  that does nothing, for comparison only: toolscript itself never runs without one);
+- the round trip and throughput with busy polling off (`busy_poll=0`), and the CPU each
+  sequential call costs the host process and the kernel process, with polling on and off:
+  what busy polling buys, and what it costs.
 
 Targets: round-trip median within 2 times the raw one; at least 20,000 calls per second
 through gather; the file journal costing at most 25% of throughput against no journal.
@@ -21,8 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,11 +80,22 @@ assert results == list(range({calls}))
 """
 
 
-async def measure(journal: str, calls: int, gather: int, repeats: int = 5) -> dict[str, Any]:
-    async with Runtime(tools=[noop], journal=journal) as rt:
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process `pid` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(
+    journal: str, calls: int, gather: int, repeats: int = 5, **knobs: Any
+) -> dict[str, Any]:
+    async with Runtime(tools=[noop], journal=journal, **knobs) as rt:
         shell = rt.shell("bench")
         await shell.run(GATHER.format(calls=gather))  # warm up
+        pid = int((await shell.run("import os\nos.getpid()")).value or 0)
+        host_cpu, kernel_cpu = time.process_time(), cpu_seconds(pid)
         sequential = await shell.run(SEQUENTIAL.format(calls=calls))
+        host_cpu, kernel_cpu = time.process_time() - host_cpu, cpu_seconds(pid) - kernel_cpu
         assert sequential.status == "ok", sequential.text
         times = [float(t) for t in eval(sequential.value or "[]")][100:]
         rates = []
@@ -87,7 +103,12 @@ async def measure(journal: str, calls: int, gather: int, repeats: int = 5) -> di
             result = await shell.run(GATHER.format(calls=gather))
             assert result.status == "ok" and result.calls.by_fate == {"seen": gather}, result.text
             rates.append(float(result.value or 0))
-    return {"round_trip": summary(times), "gather_calls_per_s": statistics.median(rates)}
+    return {
+        "round_trip": summary(times),
+        "gather_calls_per_s": statistics.median(rates),
+        "host_cpu_us_per_call": host_cpu / calls * 1e6,
+        "kernel_cpu_us_per_call": kernel_cpu / calls * 1e6,
+    }
 
 
 def main() -> None:
@@ -105,7 +126,8 @@ def main() -> None:
             memory = asyncio.run(measure(":memory:", options.calls, options.gather))
             with journal_off():
                 off = asyncio.run(measure(":memory:", options.calls, options.gather))
-            rounds.append({"raw": raw, "file": on, "memory": memory, "off": off})
+            still = asyncio.run(measure(file_journal, options.calls, options.gather, busy_poll=0))
+            rounds.append({"raw": raw, "file": on, "memory": memory, "off": off, "still": still})
 
     def med(path: list[str]) -> float:
         values = []
@@ -128,6 +150,21 @@ def main() -> None:
         "gather_calls_per_s_journal_off": med(["off", "gather_calls_per_s"]),
         "rounds": rounds,
     }
+    report["busy_poll_off"] = {
+        "tool_round_trip_median_ms": med(["still", "round_trip", "median_ms"]),
+        "round_trip_ratio": med(["still", "round_trip", "median_ms"]) / raw_ms,
+        "gather_calls_per_s": med(["still", "gather_calls_per_s"]),
+    }
+    report["cpu_us_per_sequential_call"] = {
+        "busy_poll_on": {
+            "host": med(["file", "host_cpu_us_per_call"]),
+            "kernel": med(["file", "kernel_cpu_us_per_call"]),
+        },
+        "busy_poll_off": {
+            "host": med(["still", "host_cpu_us_per_call"]),
+            "kernel": med(["still", "kernel_cpu_us_per_call"]),
+        },
+    }
     off_rate = report["gather_calls_per_s_journal_off"]
     report["file_journal_cost"] = 1 - report["gather_calls_per_s_file_journal"] / off_rate
     print(f"raw Python-to-Python round trip:  median {raw_ms:.3f} ms")
@@ -138,6 +175,15 @@ def main() -> None:
     for key in ("file_journal", "memory_journal", "journal_off"):
         print(f"calls/s through gather, {key:15}: {report['gather_calls_per_s_' + key]:,.0f}")
     print(f"throughput cost of the file journal: {report['file_journal_cost']:.1%}")
+    still = report["busy_poll_off"]
+    print(
+        f"busy polling off: round trip {still['tool_round_trip_median_ms']:.3f} ms "
+        f"(ratio {still['round_trip_ratio']:.1f}), gather {still['gather_calls_per_s']:,.0f} calls/s"
+    )
+    for key, cpu in report["cpu_us_per_sequential_call"].items():
+        print(
+            f"CPU per sequential call, {key}: host {cpu['host']:.0f} µs, kernel {cpu['kernel']:.0f} µs"
+        )
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "tool_calls.json").write_text(json.dumps(report, indent=2))
