@@ -52,16 +52,73 @@ sys.stdin.read()
 """
 
 
+# A host that begins a script and records three calls, says it is ready at once, then waits
+# until it is killed. Its flush thread waits an hour, so what reaches SQLite depends on the
+# mode: "unflushed", nothing; "failed-commit", nothing (a commit fails: another connection
+# holds the write lock) and a fourth call is recorded after that; "mid-commit", the first
+# three calls, and a fourth call is recorded while they are being committed.
+UNFLUSHED_HOST_PROCESS = """
+import os, sqlite3, sys, threading, time
+from toolscript.host import journal as journal_module
+from toolscript.host.journal import CallStart, Journal
+
+mode = sys.argv[3]
+journal_module.FLUSH_INTERVAL = 3600
+if mode == "failed-commit":
+    journal_module._BUSY_TIMEOUT_MS = 20
+journal = Journal.open(sys.argv[1])
+journal.begin_script("s-1", "main", 1, "await send(text='a')", 1.0)
+journal.record_calls([CallStart("c-1", "s-1", "main", "send", "text='a'", 2.0)])
+journal.record_calls([
+    CallStart("c-2", "s-1", "main", "send", "text='b'", 3.0),
+    CallStart("c-3", None, "main", "send", "text='c'", 4.0),
+])
+fourth = CallStart("c-4", "s-1", "main", "send", "text='d'", 5.0)
+blocker = sqlite3.connect(sys.argv[1], isolation_level=None)
+if mode == "failed-commit":
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        journal.flush()
+    except sqlite3.OperationalError:
+        pass
+    else:
+        raise AssertionError("the commit did not fail")
+    journal.record_calls([fourth])
+    blocker.execute("ROLLBACK")
+elif mode == "mid-commit":
+    blocker.execute("BEGIN IMMEDIATE")
+    flusher = threading.Thread(target=journal.flush)
+    flusher.start()
+    deadline = time.monotonic() + 10
+    while journal._buffer.starts and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert not journal._buffer.starts, "the flush did not take the buffer"
+    journal.record_calls([fourth])
+    blocker.execute("ROLLBACK")
+    flusher.join()
+    assert blocker.execute("SELECT count(*) FROM calls").fetchone()[0] == 3
+blocker.close()
+os.write(int(sys.argv[2]), b"ready")
+sys.stdin.read()
+"""
+
+
 def start(call_id: str, script_id: str | None = "s-1", shell: str = "main") -> CallStart:
     return CallStart(call_id, script_id, shell, "send", "text='hi'", NOW)
 
 
+def intent_files(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(f"{path.name}-host*.intents"))
+
+
 @contextmanager
-def host_process(path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def host_process(
+    path: Path, code: str = HOST_PROCESS, *args: str
+) -> Iterator[subprocess.Popen[bytes]]:
     """A real host process holding calls in flight in the journal at `path`."""
     ready_read, ready_write = os.pipe()
     process = subprocess.Popen(
-        [sys.executable, "-c", HOST_PROCESS, str(path), str(ready_write)],
+        [sys.executable, "-c", code, str(path), str(ready_write), *args],
         stdin=subprocess.PIPE,
         pass_fds=[ready_write],
     )
@@ -85,26 +142,57 @@ def kill(process: subprocess.Popen[bytes]) -> None:
     assert process.wait(timeout=10) == -signal.SIGKILL
 
 
-def test_a_recorded_call_is_visible_to_another_connection_as_soon_as_record_calls_returns(
-    tmp_path: Path,
-) -> None:
+def read_calls(path: Path) -> list[tuple[str, str, str]]:
+    reader = sqlite3.connect(path)
+    try:
+        return reader.execute("SELECT call_id, tool, args_brief FROM calls ORDER BY id").fetchall()
+    finally:
+        reader.close()
+
+
+def test_a_recorded_call_is_visible_to_another_connection_after_a_flush(tmp_path: Path) -> None:
     path = tmp_path / "journal.sqlite3"
     with Journal.open(path) as journal:
         journal.record_calls([start("c-1")])
-        reader = sqlite3.connect(path)
-        try:
-            rows = reader.execute("SELECT call_id, tool, args_brief FROM calls").fetchall()
-        finally:
-            reader.close()
-        assert rows == [("c-1", "send", "text='hi'")]
+        journal.flush()
+        assert read_calls(path) == [("c-1", "send", "text='hi'")]
 
         journal.record_calls([start("c-2"), start("c-3")])
-        reader = sqlite3.connect(path)
-        try:
-            count = reader.execute("SELECT count(*) FROM calls").fetchone()[0]
-        finally:
-            reader.close()
-        assert count == 3
+        journal.flush()
+        assert [row[0] for row in read_calls(path)] == ["c-1", "c-2", "c-3"]
+
+
+@pytest.mark.timeout(30)
+def test_a_recorded_call_reaches_another_connection_without_a_flush(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        journal.begin_script("s-1", "main", 1, "a()", NOW)
+        journal.record_calls([start("c-1")])
+        deadline = time.monotonic() + 5
+        rows = read_calls(path)
+        while not rows and time.monotonic() < deadline:
+            time.sleep(0.01)
+            rows = read_calls(path)
+        assert rows == [("c-1", "send", "text='hi'")]
+
+
+@pytest.mark.timeout(30)
+def test_recording_never_waits_for_a_commit_in_progress(tmp_path: Path) -> None:
+    with Journal.open(tmp_path / "journal.sqlite3") as journal:
+        # The flush thread holds this lock through a commit; the event loop must not wait.
+        with journal._db_lock:
+            journal.begin_script("s-1", "main", 1, "a()", NOW)
+            journal.record_calls([start("c-1")])
+            journal.record_calls([start("c-2"), start("c-3")])
+            journal.record_answers([CallAnswer("c-1", NOW + 1, False, "'ok'")])
+            journal.settle_calls([CallFate("c-1", "seen", None)])
+            journal.end_script("s-1", "ok", NOW + 2)
+        assert [(c.call_id, c.fate) for c in journal.calls(script_id="s-1")] == [
+            ("c-1", "seen"),
+            ("c-2", None),
+            ("c-3", None),
+        ]
+        assert [(s.script_id, s.status) for s in journal.scripts()] == [("s-1", "ok")]
 
 
 @pytest.mark.timeout(30)
@@ -145,6 +233,110 @@ def test_a_host_killed_mid_call_leaves_its_calls_in_flight_uncertain_as_host_gon
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("mode", ["unflushed", "failed-commit", "mid-commit"])
+def test_a_host_killed_right_after_recording_leaves_its_script_and_calls_findable(
+    tmp_path: Path, mode: str
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with host_process(path, UNFLUSHED_HOST_PROCESS, mode) as process:
+        committed = ["c-1", "c-2", "c-3"] if mode == "mid-commit" else []
+        assert [row[0] for row in read_calls(path)] == committed
+        kill(process)
+    assert intent_files(path) != []
+
+    recorded = ["c-1", "c-2", "c-3"] + (["c-4"] if mode != "unflushed" else [])
+    with Journal.open(path) as journal:
+        calls = journal.calls()
+        assert [(c.call_id, c.uncertain_reason) for c in calls] == [
+            (call_id, "host_gone") for call_id in recorded
+        ]
+        assert (calls[1].script_id, calls[1].args_brief, calls[1].made_at) == (
+            "s-1",
+            "text='b'",
+            3.0,
+        )
+        assert calls[2].script_id is None
+        assert [c.call_id for c in journal.calls(script_id="s-1")] == [
+            call_id for call_id in recorded if call_id != "c-3"
+        ]
+        [script] = journal.scripts()
+        assert (script.script_id, script.shell, script.started_at, script.status) == (
+            "s-1",
+            "main",
+            1.0,
+            None,
+        )
+        assert [c.call_id for c in journal.untold_uncertain("main")] == recorded
+        # Only this host's own files are left.
+        assert [f.name for f in intent_files(path)] == [
+            f"journal.sqlite3-host{journal.host_id}-a.intents",
+            f"journal.sqlite3-host{journal.host_id}-b.intents",
+        ]
+
+    assert intent_files(path) == []
+    with Journal.open(path) as journal:  # replayed once, not again
+        assert len(journal.calls()) == len(recorded)
+
+
+@pytest.mark.timeout(30)
+def test_a_torn_last_intent_line_is_ignored_and_the_lines_before_it_recovered(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with host_process(path, UNFLUSHED_HOST_PROCESS, "unflushed") as process:
+        kill(process)
+    [written] = [f for f in intent_files(path) if f.stat().st_size > 0]
+    with written.open("ab") as intents:
+        intents.write(b'[[99,"c","c-torn","s-1","main","send","text=')  # cut by the kill
+
+    with Journal.open(path) as journal:
+        assert [c.call_id for c in journal.calls()] == ["c-1", "c-2", "c-3"]
+        assert [s.script_id for s in journal.scripts()] == ["s-1"]
+    assert intent_files(path) == []
+
+
+def test_intent_files_stay_small_and_are_removed_on_close(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    journal = Journal.open(path)
+    journal.begin_script("s-1", "main", 1, "many()", NOW)
+    largest = 0
+    for i in range(10_000):
+        call_id = f"c-{i}"
+        journal.record_calls([start(call_id)])
+        journal.record_answers([CallAnswer(call_id, NOW + 1, False, "'ok'")])
+        journal.settle_calls([CallFate(call_id, "seen", None)])
+        if i % 500 == 499:
+            largest = max(largest, sum(f.stat().st_size for f in intent_files(path)))
+            journal.flush()
+    line = len(b'[[1,"c","c-9999","s-1","main","send","text=\'hi\'",1700000000.0]]\n')
+    # At most the lines of the batch last written and of the one being recorded: the size of
+    # a thousand lines, not of ten thousand.
+    assert 0 < largest <= 1000 * (line + 4)
+    assert sum(f.stat().st_size for f in intent_files(path)) <= 1000 * (line + 4)
+    journal.end_script("s-1", "ok", NOW + 2)
+    assert len(journal.calls(script_id="s-1")) == 10_000
+    journal.close()
+    assert intent_files(path) == []
+
+
+def test_intent_files_of_hosts_that_ended_are_removed_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as ended:
+        pass
+    leftover = tmp_path / f"journal.sqlite3-host{ended.host_id}-a.intents"
+    leftover.write_bytes(b'[[0,"c","c-1",null,"main","send","",1.0]]\n')
+    unknown = tmp_path / "journal.sqlite3-host999-b.intents"
+    unknown.write_bytes(b"")
+    other_journal = tmp_path / "other.sqlite3-host1-a.intents"
+    other_journal.write_bytes(b"")
+
+    with Journal.open(path) as journal:
+        assert not leftover.exists() and not unknown.exists()
+        assert other_journal.exists()
+        assert journal.calls() == []  # a host that ended cleanly is not replayed
+
+
+@pytest.mark.timeout(30)
 def test_the_calls_in_flight_of_a_live_host_are_not_marked(tmp_path: Path) -> None:
     path = tmp_path / "journal.sqlite3"
     with host_process(path) as process, Journal.open(path) as journal:
@@ -154,6 +346,7 @@ def test_the_calls_in_flight_of_a_live_host_are_not_marked(tmp_path: Path) -> No
         assert [(c.call_id, c.uncertain_reason) for c in journal.uncertain()] == [
             ("c-pending", "pending_at_settle")
         ]
+        assert len(intent_files(path)) == 4  # the live host's two, and this one's
 
         kill(process)
         assert [(c.call_id, c.uncertain_reason) for c in journal.uncertain()] == [
@@ -316,9 +509,12 @@ def test_an_in_memory_journal_keeps_calls_and_writes_no_file(
     monkeypatch.setenv("TOOLSCRIPT_STATE", str(tmp_path / "state"))
     with Journal.open(":memory:") as journal:
         assert journal.path is None
+        journal.begin_script("s-1", "main", 1, "a()", NOW)
         journal.record_calls([start("c-1")])
         journal.settle_calls([CallFate("c-1", "pending", "stopped")])
+        journal.end_script("s-1", "ok", NOW + 1)
         assert [c.uncertain_reason for c in journal.uncertain()] == ["pending_at_settle"]
+        assert [(s.script_id, s.status) for s in journal.scripts()] == [("s-1", "ok")]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -6,14 +6,25 @@ file under the state directory by default, or in memory when the caller asks.
 
 What is durable, and when:
 
-- `begin_script`, `end_script` and `record_calls` commit before they return. With WAL and
-  `synchronous=NORMAL` a commit survives the host process being killed (even by SIGKILL):
-  the data is in the operating system's hands. It does not survive a power loss or a kernel
-  crash; that would need an fsync per commit, which the hot path cannot afford.
-- `record_answers` and `settle_calls` are buffered and written by a flush thread within
-  `FLUSH_INTERVAL` seconds, and at once on `flush()`, `end_script()`, any query and `close()`.
-  An answer lost to a crash leaves its call uncertain, which is the truthful state: the host
-  cannot prove the effect happened.
+- When `record_calls` or `begin_script` returns, the calls or the script are in this host's
+  intent file, an append-only file beside the database (`<journal>-host<N>-a.intents` and
+  `-b.intents`): written with one `write`, so in the operating system's hands, and a kill of
+  the host process (even by SIGKILL) cannot lose them. The next `Journal.open` of the same
+  file (or the next query for uncertain calls) by another host replays the intent files of a
+  host that is gone into the database, then marks its calls left in flight `host_gone`.
+- Everything reaches SQLite through one buffer, in the order it was recorded: scripts begun,
+  calls made, answers (`record_answers`), fates (`settle_calls`) and scripts ended
+  (`end_script`). A flush thread writes it in one transaction within `FLUSH_INTERVAL`
+  seconds; `flush()`, every query and `close()` write it at once, so this process always
+  reads its own writes. Other processes (the `toolscript calls` command) see a call within
+  `FLUSH_INTERVAL`. Once written, the intent file's lines are dropped, so it stays small.
+- An answer, a fate or a script's end lost to a kill (it was only in the buffer) leaves its
+  call uncertain or its script without a status, which is the truthful state: the host cannot
+  prove the effect happened.
+- Nothing here survives a power loss or a kernel crash: that would need an fsync per call,
+  which the hot path cannot afford. SQLite runs with WAL and `synchronous=NORMAL`.
+
+An in-memory journal (`":memory:"`) has no intent files: it lives as long as the object.
 
 Uncertain calls are those whose effect is unknown: settled `pending` when their script ended
 and never answered since (reason `pending_at_settle`), or left in flight (no answer and no
@@ -22,18 +33,23 @@ fate, or settled `pending`) by a host that is gone (reason `host_gone`).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
+import re
 import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import count
 from pathlib import Path
 from typing import Any
 
+import orjson
 import platformdirs
 
 SCHEMA_VERSION = 1
@@ -207,14 +223,20 @@ CREATE TABLE calls (
 CREATE INDEX calls_uncertain ON calls (shell) WHERE uncertain_reason IS NOT NULL;
 """
 
-# Goal: journaling a call costs little more than appending its row, since each commit is on the
-# hot path of a tool call. What fails: indexes on `calls`; each one adds a page to every
-# commit (measured ~8-10 µs per index for a one-call commit). What we do: `calls` has only
-# its rowid, plus a partial index that holds only uncertain calls (rare). This host finds its
-# own rows through `Journal._open_rows` (call id → rowid) while they can still change. A
-# host's and a script's calls are found by rowid range: every row inserted after the host
-# opened (or the script began) has a larger rowid than `calls_after`, which is the largest
-# rowid at that moment, read under the write lock.
+# Goal: journaling a call costs a few µs on the host's hot path, and a host killed at any
+# moment after `record_calls` returned leaves its calls findable. What fails: a commit per
+# call (one autocommitted INSERT: ~15-28 µs on a file, 6 fcntl locks and 2 pwrites), and
+# indexes on `calls` (each adds a page to every commit, ~8-10 µs per index for a one-call
+# commit). What we do: the hot path appends a line to an intent file with one `write` and
+# the call to a buffer, under `_buffer_lock` only (never `_db_lock`, which the flush thread
+# holds through a commit); the flush thread writes the buffer in one transaction and then
+# drops the intent lines (see `_IntentLog`). `calls` has only its rowid, plus a partial
+# index that holds only uncertain calls (rare). This host finds its own rows through
+# `Journal._open_rows` (call id → rowid) while they can still change. A host's and a
+# script's calls are found by rowid range: every row inserted after the host opened (or the
+# script's row was inserted) has a larger rowid than `calls_after`, the largest rowid at
+# that moment, read under the write lock. A flush inserts a batch's scripts before its calls
+# and ends scripts after them, so a script's range covers its calls in the same batch too.
 
 _CALL_COLUMNS = (
     "call_id, script_id, shell, tool, args_brief, made_at, answered_at, is_error, "
@@ -231,6 +253,16 @@ _INSERT_CALL = (
 _INSERT_NUMBERED_CALL = (
     "INSERT INTO calls (id, host_id, call_id, script_id, shell, tool, args_brief, made_at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+# A script id begun twice is kept once: a failing row would fail every later flush.
+_INSERT_SCRIPT = (
+    "INSERT OR IGNORE INTO scripts (script_id, host_id, shell, generation, code, started_at, "
+    f"calls_after) VALUES (?, ?, ?, ?, ?, ?, ({_LAST_CALL}))"
+)
+
+_END_SCRIPT = (
+    f"UPDATE scripts SET status = ?, ended_at = ?, calls_up_to = ({_LAST_CALL}) WHERE script_id = ?"
 )
 
 _ANSWER_CALL = (
@@ -258,6 +290,28 @@ _SETTLE_CALLS = (
 
 _IN_FLIGHT = "answered_at IS NULL AND (fate IS NULL OR fate = 'pending')"
 
+# Where a call of this host stands, as far as its row may still change.
+_OPEN, _ANSWERED, _PENDING, _CLOSED = range(4)
+
+
+@dataclass(slots=True)
+class _Buffer:
+    """What was recorded and is not yet in SQLite, in order within each kind."""
+
+    scripts: list[tuple[str, str, int, str, float]] = field(default_factory=list)
+    starts: list[CallStart] = field(default_factory=list)
+    answers: list[CallAnswer] = field(default_factory=list)
+    fates: list[CallFate] = field(default_factory=list)
+    ends: list[tuple[str, float, str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Written:
+    """What a committed batch changes in the journal's own memory of its calls."""
+
+    new_rows: dict[str, int]
+    states: dict[str, int]
+
 
 class Journal:
     """The durable record of scripts and tool calls, and the queries the runtime and CLI ask.
@@ -267,13 +321,13 @@ class Journal:
     uncertain (`host_gone`). Several hosts may share one journal file; a host never touches
     the calls of another host that is still alive.
 
-    Calls come from one thread (the host's asyncio thread); a flush thread writes buffered
-    answers and fates. Another process (the `toolscript calls` command) may read the same
-    file at the same time.
+    Calls come from one thread (the host's asyncio thread); recording them only appends to
+    the intent file and a buffer, and a flush thread writes the buffer to SQLite. Another
+    process (the `toolscript calls` command) may read the same file at the same time.
 
     Memory: the journal keeps one small entry per call of this host whose row may still
     change (not yet both answered and settled, and not settled with a fate other than
-    `pending`).
+    `pending`), and what is buffered (at most about `FLUSH_INTERVAL` worth of calls).
     """
 
     def __init__(self, connection: sqlite3.Connection, path: Path | None) -> None:
@@ -284,16 +338,21 @@ class Journal:
         self._db_lock = threading.Lock()
         self._buffer_lock = threading.Lock()
         self._buffer_filled = threading.Condition(self._buffer_lock)
-        self._answers: list[CallAnswer] = []
-        self._fates: list[CallFate] = []
+        # Under _buffer_lock: the buffer, whether it holds anything, the call ids recorded
+        # and not yet in _open_rows, and _closed. _open_rows changes under both locks.
+        self._buffer = _Buffer()
+        self._filled = False
+        self._unwritten: set[str] = set()
+        self._closed = False
         self._open_rows: dict[str, int] = {}
         self._answered_unsettled: set[str] = set()
         self._pending_unanswered: set[str] = set()
         self._closing = threading.Event()
-        self._closed = False
         self._flusher: threading.Thread | None = None
+        self._sequence = count()
+        self._intents: _IntentLog | None = None
         self._me = _this_process()
-        with self._db_lock, self._transaction():
+        with self._db_lock, _Transaction(self._db):
             cursor = self._db.execute(
                 "INSERT INTO hosts (pid, machine, boot_id, process_start, started_at, "
                 f"calls_after) VALUES (?, ?, ?, ?, ?, ({_LAST_CALL}))",
@@ -310,6 +369,11 @@ class Journal:
             self.host_id: int = host_id
             """This host's id in the journal's `hosts` table."""
             self._sweep_gone_hosts()
+        if path is not None:
+            # Created after our `hosts` row is committed: another host that finds the file
+            # also finds the row, and leaves the file alone while we live.
+            self._intents = _IntentLog(_intent_paths(path, host_id))
+            self._remove_stale_intents(path)
 
     @classmethod
     def open(cls, where: str | os.PathLike[str] | None) -> Journal:
@@ -349,92 +413,72 @@ class Journal:
     def begin_script(
         self, script_id: str, shell: str, generation: int, code: str, started_at: float
     ) -> None:
-        """Record that a script is about to run. Committed when this returns."""
-        # One statement commits by itself (autocommit mode): no BEGIN/COMMIT around it.
-        with self._db_lock:
-            self._check_open()
-            self._db.execute(
-                "INSERT INTO scripts (script_id, host_id, shell, generation, code, started_at, "
-                f"calls_after) VALUES (?, ?, ?, ?, ?, ?, ({_LAST_CALL}))",
-                (script_id, self.host_id, shell, generation, code, started_at),
-            )
+        """Record that a script is about to run, before it runs.
+
+        In the intent file when this returns (it survives a kill of the host process), in
+        SQLite within `FLUSH_INTERVAL`. Script ids are unique; a repeated one is kept once.
+        """
+        script = (script_id, shell, generation, code, started_at)
+        intents = self._intents
+        line = b"" if intents is None else _script_line(next(self._sequence), script)
+        with self._buffer_lock:
+            if self._closed:
+                raise JournalClosedError()
+            if intents is not None:
+                intents.append(line)
+            self._buffer.scripts.append(script)
+            if not self._filled:
+                self._fill()
 
     def end_script(self, script_id: str, status: str, ended_at: float) -> None:
-        """Record how a script ended, with every buffered answer and fate before it."""
-        with self._db_lock:
-            self._check_open()
-            with self._buffer_lock:
-                buffered = bool(self._answers or self._fates)
-            if buffered:
-                with self._transaction():
-                    self._write_buffered()
-                    self._end_script(script_id, status, ended_at)
-            else:
-                self._end_script(script_id, status, ended_at)
-
-    def _end_script(self, script_id: str, status: str, ended_at: float) -> None:
-        self._db.execute(
-            f"UPDATE scripts SET status = ?, ended_at = ?, calls_up_to = ({_LAST_CALL}) "
-            "WHERE script_id = ?",
-            (status, ended_at, script_id),
-        )
+        """Record how a script ended (buffered; after its calls, answers and fates)."""
+        with self._buffer_lock:
+            if self._closed:
+                raise JournalClosedError()
+            self._buffer.ends.append((status, ended_at, script_id))
+            if not self._filled:
+                self._fill()
 
     # -- calls -----------------------------------------------------------------------------
 
     def record_calls(self, calls: Sequence[CallStart]) -> None:
-        """Record calls before any of them is acted on. Committed when this returns.
+        """Record calls before any of them is acted on.
 
-        The commit survives a kill of the host process, not a power loss (see the module's
-        docstring). A `call_id` that this journal holds for a call still open (not yet
-        answered and settled) raises `ValueError`, and nothing of the batch is written.
+        In the intent file when this returns (it survives a kill of the host process, not a
+        power loss: see the module's docstring), in SQLite within `FLUSH_INTERVAL`. A
+        `call_id` that this journal holds for a call still open (not yet answered and
+        settled) raises `ValueError`, and nothing of the batch is written.
         """
         if not calls:
             return
-        host_id = self.host_id
+        intents = self._intents
+        line = b"" if intents is None else _call_line(self._sequence, calls)
+        unwritten = self._unwritten
         open_rows = self._open_rows
-        with self._db_lock:
-            self._check_open()
+        with self._buffer_lock:
+            if self._closed:
+                raise JournalClosedError()
             if len(calls) == 1:
-                (call,) = calls
-                if call.call_id in open_rows:
+                call_id = calls[0].call_id
+                if call_id in unwritten or call_id in open_rows:
                     raise _repeated_call_id()
-                cursor = self._db.execute(
-                    _INSERT_CALL,
-                    (
-                        host_id,
-                        call.call_id,
-                        call.script_id,
-                        call.shell,
-                        call.tool,
-                        call.args_brief,
-                        call.made_at,
-                    ),
-                )
-                assert cursor.lastrowid is not None
-                open_rows[call.call_id] = cursor.lastrowid
-                return
-            with _Transaction(self._db):
-                first = self._db.execute(_LAST_CALL).fetchone()[0] + 1
-                new_rows = {c.call_id: first + i for i, c in enumerate(calls)}
-                if len(new_rows) != len(calls) or not open_rows.keys().isdisjoint(new_rows):
+                if intents is not None:
+                    intents.append(line)
+                unwritten.add(call_id)
+            else:
+                ids = {call.call_id for call in calls}
+                if (
+                    len(ids) != len(calls)
+                    or not unwritten.isdisjoint(ids)
+                    or not open_rows.keys().isdisjoint(ids)
+                ):
                     raise _repeated_call_id()
-                self._db.executemany(
-                    _INSERT_NUMBERED_CALL,
-                    [
-                        (
-                            first + i,
-                            host_id,
-                            c.call_id,
-                            c.script_id,
-                            c.shell,
-                            c.tool,
-                            c.args_brief,
-                            c.made_at,
-                        )
-                        for i, c in enumerate(calls)
-                    ],
-                )
-            open_rows.update(new_rows)
+                if intents is not None:
+                    intents.append(line)
+                unwritten.update(ids)
+            self._buffer.starts.extend(calls)
+            if not self._filled:
+                self._fill()
 
     def record_answers(self, answers: Sequence[CallAnswer]) -> None:
         """Record answers (buffered; written within `FLUSH_INTERVAL`).
@@ -444,29 +488,30 @@ class Journal:
         uncertain, since its effect is known now. Answers to call ids this host never
         recorded are ignored.
         """
-        self._check_open()
         with self._buffer_lock:
-            was_empty = not self._answers and not self._fates
-            self._answers.extend(answers)
-            if was_empty:
-                self._wake_flusher()
+            if self._closed:
+                raise JournalClosedError()
+            self._buffer.answers.extend(answers)
+            if not self._filled:
+                self._fill()
 
     def settle_calls(self, fates: Sequence[CallFate]) -> None:
         """Record the calls' fates (buffered; written within `FLUSH_INTERVAL`).
 
         A call settled `pending` with no answer becomes uncertain (`pending_at_settle`).
         """
-        self._check_open()
         with self._buffer_lock:
-            was_empty = not self._answers and not self._fates
-            self._fates.extend(fates)
-            if was_empty:
-                self._wake_flusher()
+            if self._closed:
+                raise JournalClosedError()
+            self._buffer.fates.extend(fates)
+            if not self._filled:
+                self._fill()
 
     def flush(self) -> None:
-        """Write every buffered answer and fate now."""
-        with self._db_lock, self._transaction():
-            self._write_buffered()
+        """Write everything buffered to SQLite now."""
+        with self._db_lock:
+            self._check_open()
+            self._commit()
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -519,12 +564,14 @@ class Journal:
         """Record that these uncertain calls of gone hosts were reported in a result."""
         now = time.time()
         rows = [(now, call_id) for call_id in call_ids]
-        with self._db_lock, self._transaction():
-            self._db.executemany(
-                "UPDATE calls SET told_at = ? WHERE call_id = ? "
-                "AND uncertain_reason = 'host_gone' AND told_at IS NULL",
-                rows,
-            )
+        with self._db_lock:
+            self._check_open()
+            with _Transaction(self._db):
+                self._db.executemany(
+                    "UPDATE calls SET told_at = ? WHERE call_id = ? "
+                    "AND uncertain_reason = 'host_gone' AND told_at IS NULL",
+                    rows,
+                )
 
     def scripts(self, shell: str | None = None, limit: int | None = None) -> list[JournalScript]:
         """Scripts in the order they started, oldest first; `limit` keeps the most recent."""
@@ -539,6 +586,7 @@ class Journal:
             parameters.append(limit)
         with self._db_lock:
             self._check_open()
+            self._commit()
             rows = self._db.execute(query, parameters).fetchall()
         return [JournalScript(*row) for row in reversed(rows)]
 
@@ -547,29 +595,27 @@ class Journal:
     def close(self) -> None:
         """Write what is buffered and close. Calls still in flight become uncertain.
 
-        Safe to call more than once.
+        The intent files are removed once everything is committed; if that last commit
+        fails, they stay for the next host to replay, and the error is raised. Safe to call
+        more than once.
         """
-        if self._closed:
-            return
-        self._closing.set()
         with self._buffer_lock:
+            if self._closed:
+                return
+            self._closed = True  # from here on, nothing more is recorded
             self._buffer_filled.notify()
+        self._closing.set()
         if self._flusher is not None:
             self._flusher.join()
         with self._db_lock:
-            if self._closed:
-                return
-            with self._transaction():
-                self._write_buffered()
-                self._db.executemany(
-                    f"UPDATE calls SET uncertain_reason = 'host_gone' WHERE id = ? AND {_IN_FLIGHT}",
-                    [(row,) for row in self._open_rows.values()],
-                )
-                self._db.execute(
-                    "UPDATE hosts SET ended_at = ? WHERE host_id = ?", (time.time(), self.host_id)
-                )
-            self._closed = True
-            self._db.close()
+            try:
+                self._commit(end_host=True)
+            finally:
+                self._db.close()
+                if self._intents is not None:
+                    self._intents.close()
+            if self.path is not None:
+                _remove_intents(self.path, self.host_id)
 
     def __enter__(self) -> Journal:
         """Use the journal as a context manager that closes it."""
@@ -581,21 +627,19 @@ class Journal:
 
     # -- inside ----------------------------------------------------------------------------
 
-    def _transaction(self) -> _Transaction:
-        self._check_open()
-        return _Transaction(self._db)
-
     def _check_open(self) -> None:
         if self._closed:
             raise JournalClosedError()
 
-    def _wake_flusher(self) -> None:
-        """Start or wake the flush thread. Hold `_buffer_lock`; call when the buffer fills."""
-        # Goal: the host's hot path pays only for a list append, yet nothing waits in the
-        # buffer for long. What fails: flushing only when the host next calls us (it may go
-        # idle) or on a size threshold (a slow trickle would wait forever). What we do: a
-        # daemon thread writes the buffer FLUSH_INTERVAL after it becomes non-empty; SQLite
-        # releases the GIL while it writes, so that work leaves the event loop's thread.
+    def _fill(self) -> None:
+        """The buffer just got its first entry: wake the flusher. Hold `_buffer_lock`."""
+        # Goal: the host's hot path pays only for a write and a list append, yet nothing
+        # waits in the buffer for long. What fails: flushing only when the host next calls
+        # us (it may go idle) or on a size threshold (a slow trickle would wait forever).
+        # What we do: a daemon thread writes the buffer FLUSH_INTERVAL after it becomes
+        # non-empty; SQLite releases the GIL while it writes, so that work leaves the event
+        # loop's thread.
+        self._filled = True
         if self._flusher is None:
             self._flusher = threading.Thread(
                 target=self._flush_loop, name="toolscript-journal-flush", daemon=True
@@ -606,68 +650,172 @@ class Journal:
     def _flush_loop(self) -> None:
         while True:
             with self._buffer_lock:
-                while not self._answers and not self._fates and not self._closing.is_set():
+                while not self._filled and not self._closed:
                     self._buffer_filled.wait()
             if self._closing.wait(FLUSH_INTERVAL):
-                return
+                return  # close() writes what is left
             with self._db_lock:
                 if self._closed:
                     return
                 try:
-                    with _Transaction(self._db):
-                        self._write_buffered()
+                    self._commit()
                 except sqlite3.Error:
-                    # What was written stays true (those calls read as unanswered or
-                    # unsettled); the thread lives on for the next batch.
-                    _log.exception("Could not write answers and fates to the call journal.")
+                    # The batch went back to the buffer and its intent lines stay: the next
+                    # round tries again.
+                    _log.exception("Could not write to the call journal; will retry.")
 
-    def _write_buffered(self) -> None:
-        """Write the buffer in the open transaction. Hold `_db_lock`, so batches keep order."""
+    def _commit(self, sweep: bool = False, end_host: bool = False) -> None:
+        """Write the buffer in one transaction, with the sweep of gone hosts or this host's
+        end if asked. Hold `_db_lock`, so batches keep their order."""
+        taken = self._take()
+        if taken is None and not sweep and not end_host:
+            return
+        written = _Written({}, {})
+        gone: list[int] = []
+        try:
+            with _Transaction(self._db):
+                if taken is not None:
+                    written = self._write(taken)
+                if sweep:
+                    gone = self._sweep_gone_hosts()
+                if end_host:
+                    self._end_host(written)
+        except BaseException:
+            if taken is not None:
+                self._put_back(taken)
+            raise
+        if taken is not None:
+            self._apply(written)
+        if self.path is not None:
+            for host_id in gone:
+                _remove_intents(self.path, host_id)
+
+    def _take(self) -> _Buffer | None:
         with self._buffer_lock:
-            answers, self._answers = self._answers, []
-            fates, self._fates = self._fates, []
+            if not self._filled:
+                return None
+            taken, self._buffer = self._buffer, _Buffer()
+            self._filled = False
+            if self._intents is not None:
+                self._intents.taken()
+        return taken
+
+    def _put_back(self, taken: _Buffer) -> None:
+        """A batch that was not committed goes back to the front of the buffer."""
+        with self._buffer_lock:
+            later = self._buffer
+            self._buffer = _Buffer(
+                taken.scripts + later.scripts,
+                taken.starts + later.starts,
+                taken.answers + later.answers,
+                taken.fates + later.fates,
+                taken.ends + later.ends,
+            )
+            if self._closed:
+                self._filled = True
+            elif not self._filled:
+                self._fill()
+
+    def _write(self, taken: _Buffer) -> _Written:
+        """Write a batch in the open transaction; change nothing in memory (it may roll back)."""
+        db = self._db
+        host_id = self.host_id
+        if taken.scripts:
+            db.executemany(
+                _INSERT_SCRIPT, [(script[0], host_id, *script[1:]) for script in taken.scripts]
+            )
+        new_rows: dict[str, int] = {}
+        if taken.starts:
+            first = db.execute(_LAST_CALL).fetchone()[0] + 1
+            db.executemany(
+                _INSERT_NUMBERED_CALL,
+                [(first + i, host_id, *_call_fields(call)) for i, call in enumerate(taken.starts)],
+            )
+            new_rows = {call.call_id: first + i for i, call in enumerate(taken.starts)}
         open_rows = self._open_rows
-        if answers:
+        states: dict[str, int] = {}
+        if taken.answers:
             answer_rows = []
-            for answer in answers:
+            for answer in taken.answers:
                 call_id = answer.call_id
-                row = open_rows.get(call_id)
-                if row is None:
+                row = new_rows.get(call_id) or open_rows.get(call_id)
+                state = self._state(states, call_id)
+                if row is None or state == _CLOSED:
                     continue
                 answer_rows.append((answer.answered_at, answer.is_error, answer.answer_brief, row))
-                if call_id in self._pending_unanswered:
-                    self._pending_unanswered.discard(call_id)
-                    del open_rows[call_id]
-                else:
-                    self._answered_unsettled.add(call_id)
-            self._db.executemany(_ANSWER_CALL, answer_rows)
-        if fates:
+                states[call_id] = _CLOSED if state == _PENDING else _ANSWERED
+            db.executemany(_ANSWER_CALL, answer_rows)
+        if taken.fates:
             rows_by_fate: dict[tuple[str, str | None], list[int]] = {}
-            for settled in fates:
+            for settled in taken.fates:
                 call_id = settled.call_id
-                row = open_rows.get(call_id)
-                if row is None:
+                row = new_rows.get(call_id) or open_rows.get(call_id)
+                state = self._state(states, call_id)
+                if row is None or state == _CLOSED:
                     continue
-                key = (settled.fate, settled.cause)
-                same_fate = rows_by_fate.get(key)
-                if same_fate is None:
-                    rows_by_fate[key] = [row]
+                rows_by_fate.setdefault((settled.fate, settled.cause), []).append(row)
+                if state == _ANSWERED or settled.fate != "pending":
+                    states[call_id] = _CLOSED
                 else:
-                    same_fate.append(row)
-                if call_id in self._answered_unsettled:
-                    self._answered_unsettled.discard(call_id)
-                    del open_rows[call_id]
-                elif settled.fate == "pending":
-                    self._pending_unanswered.add(call_id)
-                else:
-                    del open_rows[call_id]
+                    states[call_id] = _PENDING
             for (fate, cause), rows in rows_by_fate.items():
                 if len(rows) == 1:
-                    self._db.execute(_SETTLE_CALL, {"fate": fate, "cause": cause, "rows": rows[0]})
+                    db.execute(_SETTLE_CALL, {"fate": fate, "cause": cause, "rows": rows[0]})
                 else:
-                    self._db.execute(
+                    db.execute(
                         _SETTLE_CALLS, {"fate": fate, "cause": cause, "rows": json.dumps(rows)}
                     )
+        if taken.ends:
+            db.executemany(_END_SCRIPT, taken.ends)
+        return _Written(new_rows, states)
+
+    def _state(self, states: dict[str, int], call_id: str) -> int:
+        state = states.get(call_id)
+        if state is not None:
+            return state
+        if call_id in self._answered_unsettled:
+            return _ANSWERED
+        if call_id in self._pending_unanswered:
+            return _PENDING
+        return _OPEN
+
+    def _apply(self, written: _Written) -> None:
+        """A batch was committed: remember its rows, forget closed calls, drop its intents."""
+        open_rows = self._open_rows
+        closed = [call_id for call_id, state in written.states.items() if state == _CLOSED]
+        with self._buffer_lock:
+            # In one step, so a repeated call id is always found in one or the other.
+            open_rows.update(written.new_rows)
+            self._unwritten.difference_update(written.new_rows)
+            for call_id in closed:
+                del open_rows[call_id]
+        answered = self._answered_unsettled
+        pending = self._pending_unanswered
+        for call_id, state in written.states.items():
+            if state == _ANSWERED:
+                answered.add(call_id)
+            elif state == _PENDING:
+                pending.add(call_id)
+            else:
+                answered.discard(call_id)
+                pending.discard(call_id)
+        if self._intents is not None:
+            try:
+                self._intents.written()
+            except OSError:
+                # The file keeps lines already committed: replaying them adds nothing.
+                _log.exception("Could not empty the call journal's intent file.")
+
+    def _end_host(self, written: _Written) -> None:
+        """Leave this host's calls in flight uncertain and mark it ended. In a transaction."""
+        rows = [*self._open_rows.values(), *written.new_rows.values()]
+        self._db.executemany(
+            f"UPDATE calls SET uncertain_reason = 'host_gone' WHERE id = ? AND {_IN_FLIGHT}",
+            [(row,) for row in rows],
+        )
+        self._db.execute(
+            "UPDATE hosts SET ended_at = ? WHERE host_id = ?", (time.time(), self.host_id)
+        )
 
     def _select_calls(
         self, conditions: list[str], parameters: list[object], limit: int | None, sweep: bool
@@ -680,33 +828,151 @@ class Journal:
             query += " LIMIT ?"
             parameters = [*parameters, limit]
         with self._db_lock:
-            with self._transaction():
-                self._write_buffered()
-                if sweep:
-                    self._sweep_gone_hosts()
+            self._check_open()
+            self._commit(sweep=sweep)
             rows = self._db.execute(query, parameters).fetchall()
         return [_journal_call(row) for row in reversed(rows)]
 
-    def _sweep_gone_hosts(self) -> None:
-        """Mark the in-flight calls of every host whose process is gone. In a transaction."""
+    def _sweep_gone_hosts(self) -> list[int]:
+        """Replay the intents and mark the in-flight calls of every host whose process is
+        gone. In a transaction; returns their ids, whose intent files go once it commits."""
         hosts = self._db.execute(
             "SELECT host_id, calls_after, pid, machine, boot_id, process_start FROM hosts "
             "WHERE ended_at IS NULL AND host_id != ?",
             (self.host_id,),
         ).fetchall()
         now = time.time()
+        gone = []
         for host_id, calls_after, pid, machine, boot_id, process_start in hosts:
             if _is_gone(_ProcessIdentity(pid, machine, boot_id, process_start), self._me):
+                if self.path is not None:
+                    self._replay_intents(host_id, calls_after)
                 self._db.execute(
                     "UPDATE calls SET uncertain_reason = 'host_gone' "
                     f"WHERE id > ? AND host_id = ? AND {_IN_FLIGHT}",
                     (calls_after, host_id),
                 )
                 self._db.execute("UPDATE hosts SET ended_at = ? WHERE host_id = ?", (now, host_id))
+                gone.append(host_id)
+        return gone
+
+    def _replay_intents(self, host_id: int, calls_after: int) -> None:
+        """Insert what a gone host recorded in its intent files and never wrote to SQLite."""
+        assert self.path is not None
+        scripts: list[tuple[int, list[Any]]] = []
+        calls: list[tuple[int, list[Any]]] = []
+        for path in _intent_paths(self.path, host_id):
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                _log.exception("Could not read the intent file %s of a host that is gone.", path)
+                continue
+            for line in data.split(b"\n"):
+                for intent in _parse_intents(line):
+                    (scripts if intent[1] == "s" else calls).append((intent[0], intent[2:]))
+        if scripts:
+            scripts.sort(key=lambda intent: intent[0])
+            self._db.executemany(
+                _INSERT_SCRIPT, [(fields[0], host_id, *fields[1:]) for _, fields in scripts]
+            )
+        if calls:
+            # A host writes its buffer in the order recorded, so what it committed is a
+            # prefix of its intents; a call id is unique per host.
+            calls.sort(key=lambda intent: intent[0])
+            known = {
+                row[0]
+                for row in self._db.execute(
+                    "SELECT call_id FROM calls WHERE id > ? AND host_id = ? "
+                    "AND call_id IN (SELECT value FROM json_each(?))",
+                    (calls_after, host_id, json.dumps([fields[0] for _, fields in calls])),
+                )
+            }
+            rows = []
+            for _, fields in calls:
+                if fields[0] not in known:
+                    known.add(fields[0])
+                    rows.append((host_id, *fields))
+            self._db.executemany(_INSERT_CALL, rows)
+
+    def _remove_stale_intents(self, path: Path) -> None:
+        """Remove the intent files of hosts that have ended (or are unknown to the journal)."""
+        pattern = re.compile(re.escape(path.name) + r"-host(\d+)-[ab]\.intents")
+        try:
+            names = os.listdir(path.parent)
+        except OSError:
+            return
+        found = [(name, int(m.group(1))) for name in names if (m := pattern.fullmatch(name))]
+        if not found:
+            return
+        # Listed before reading which hosts live: a host creates its files after its row.
+        with self._db_lock:
+            living = {
+                row[0]
+                for row in self._db.execute("SELECT host_id FROM hosts WHERE ended_at IS NULL")
+            }
+        for name, host_id in found:
+            if host_id not in living:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path.parent / name)
+
+
+class _IntentLog:
+    """A host's two intent files: a line per `record_calls` or `begin_script`, before the
+    calls or the script are buffered.
+
+    Invariant: lines are appended only to the current file, and every take of the buffer
+    (the whole buffer, under `_buffer_lock`) switches appends to the other file. So once the
+    commit of a take succeeds, every line in the file that is no longer current was appended
+    before that take and is in SQLite: that file is emptied. A failed commit empties nothing
+    (its entries go back to the buffer and are in the next take), so a line stays until a
+    commit that includes its entry has succeeded.
+    """
+
+    def __init__(self, paths: tuple[Path, Path]) -> None:
+        self.paths = paths
+        # O_TRUNC: a file left under our name by an older journal file is not ours.
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+        self._fds: list[int] = []
+        try:
+            for path in paths:
+                self._fds.append(os.open(path, flags, 0o600))
+        except BaseException:
+            self.close()
+            raise
+        self._current = 0
+        self._has_lines = [False, False]
+
+    def append(self, data: bytes) -> None:
+        """Append whole lines with one write. Hold `_buffer_lock`."""
+        current = self._current
+        self._has_lines[current] = True
+        written = os.write(self._fds[current], data)
+        if written != len(data):
+            # A short write (a full disk): end the torn line, so the next one starts whole.
+            os.write(self._fds[current], b"\n")
+            raise OSError(errno.ENOSPC, "Could not write to the call journal's intent file.")
+
+    def taken(self) -> None:
+        """The buffer was taken for writing. Hold `_buffer_lock`."""
+        self._current = 1 - self._current
+
+    def written(self) -> None:
+        """The last take is committed: empty the file that is not current. Hold `_db_lock`."""
+        other = 1 - self._current
+        if self._has_lines[other]:
+            os.ftruncate(self._fds[other], 0)
+            self._has_lines[other] = False
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
 
 
 class _Transaction:
-    """`BEGIN IMMEDIATE` … `COMMIT`, or `ROLLBACK` when the block raises."""
+    """`BEGIN IMMEDIATE` … `COMMIT`, or `ROLLBACK` when the block (or the commit) raises."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
@@ -715,7 +981,15 @@ class _Transaction:
         self._db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        if exc_type is None:
+            try:
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        elif self._db.in_transaction:
+            self._db.execute("ROLLBACK")
 
 
 def _prepare_schema(db: sqlite3.Connection, where: str) -> None:
@@ -756,6 +1030,75 @@ def _journal_call(row: Any) -> JournalCall:
         cause=cause,
         uncertain=reason is not None,
         uncertain_reason=reason,
+    )
+
+
+# -- intent files ------------------------------------------------------------------------------
+
+_LINE = orjson.OPT_APPEND_NEWLINE
+
+_CALL_INTENT = (str, (str, type(None)), str, str, str, (int, float))
+_SCRIPT_INTENT = (str, str, int, str, (int, float))
+
+
+def _intent_paths(path: Path, host_id: int) -> tuple[Path, Path]:
+    """A host's two intent files, beside the journal's file."""
+    return (
+        path.with_name(f"{path.name}-host{host_id}-a.intents"),
+        path.with_name(f"{path.name}-host{host_id}-b.intents"),
+    )
+
+
+def _remove_intents(path: Path, host_id: int) -> None:
+    for intents in _intent_paths(path, host_id):
+        try:
+            intents.unlink(missing_ok=True)
+        except OSError:
+            _log.exception("Could not remove the intent file %s.", intents)
+
+
+def _call_fields(call: CallStart) -> tuple[str, str | None, str, str, str, float]:
+    """A call's columns after `host_id`, as `_INSERT_CALL` takes them and intent lines hold them."""
+    return (call.call_id, call.script_id, call.shell, call.tool, call.args_brief, call.made_at)
+
+
+# An intent line is a JSON array of what one call of `record_calls` or `begin_script`
+# recorded: `[n, "c", call_id, script_id, shell, tool, args_brief, made_at]` per call, or
+# `[n, "s", script_id, shell, generation, code, started_at]`, `n` counting up per journal.
+# One `orjson.dumps` per line, not per call: a thousand small results kept alive cost ~2.5 µs
+# each in allocation (measured), ten times the encoding.
+
+
+def _call_line(sequence: Iterator[int], calls: Sequence[CallStart]) -> bytes:
+    return orjson.dumps(
+        [(next(sequence), "c", *_call_fields(call)) for call in calls], option=_LINE
+    )
+
+
+def _script_line(n: int, script: tuple[str, str, int, str, float]) -> bytes:
+    return orjson.dumps([(n, "s", *script)], option=_LINE)
+
+
+def _parse_intents(line: bytes) -> list[list[Any]]:
+    """The entries of an intent line, none for a line torn by a kill (or not ours)."""
+    try:
+        entries = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return []
+    if type(entries) is not list:
+        return []
+    return [entry for entry in entries if _is_intent(entry)]
+
+
+def _is_intent(entry: Any) -> bool:
+    if type(entry) is not list or len(entry) < 2 or type(entry[0]) is not int:
+        return False
+    kinds = {"c": _CALL_INTENT, "s": _SCRIPT_INTENT}.get(entry[1])
+    fields = entry[2:]
+    return (
+        kinds is not None
+        and len(fields) == len(kinds)
+        and all(isinstance(value, kind) for value, kind in zip(fields, kinds, strict=True))
     )
 
 
