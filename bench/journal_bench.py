@@ -8,8 +8,9 @@ journal's flush thread writing answers and fates in the background. Per call, in
 
 - `records`: building the `CallStart`, `CallAnswer` and `CallFate` objects (the host pays this
   whatever the store does); median over rounds;
-- `hot path`: the time the caller spends in the three journal methods (answers and fates are
-  buffered, so this is mostly the committed insert); median over rounds;
+- `hot path`: the time the caller spends in the three journal methods (everything is
+  buffered, so this is mostly the write of the batch's line to the intent file); median over
+  rounds;
 - `wall`: the whole run's time, up to the last answer and fate written, over its calls;
 - `cpu`: the process's CPU time (every thread) over the run, over its calls: what the journal
   takes from the machine, wherever it runs.
