@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import linecache
 import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,58 @@ async def test_a_time_limit_over_the_maximum_is_refused_saying_why(
     assert result.status == "refused"
     assert "maximum" in result.note and "Nothing ran" in result.note
     assert (await runtime.run("1", time_limit=5)).status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("code", "value"),
+    [
+        ("1", "1"),
+        ("x = 2\nx * 3", "6"),
+        ("x = 1; x", "1"),  # the expression shares its line with a statement
+        ("1;", "1"),
+        ("y = 5\n(y +\n 1)", "6"),  # an expression over several lines
+        ("import asyncio\nawait asyncio.sleep(0)\n'done'  # note\n\n# the end\n", "'done'"),
+        ("import asyncio\nawait asyncio.sleep(0, 'awaited')", "'awaited'"),
+        ("import asyncio\nasync def f():\n    return 1\nf()", "<coroutine object f at"),
+        (
+            "from __future__ import annotations\ndef g(a: int): pass\ng.__annotations__",
+            "{'a': 'int'}",
+        ),
+        ("for i in range(3):\n    pass\ni", "2"),
+        ("x = (1,\n2)", None),
+        ("if True:\n    5\n", None),
+        ("# only a comment", None),
+    ],
+)
+@pytest.mark.timeout(20)
+async def test_the_value_is_the_last_expressions_whatever_the_script_looks_like(
+    runtime: Runtime, code: str, value: str | None
+) -> None:
+    result = await runtime.shell().run(code)
+    assert result.status == "ok", result.text
+    if value is None or not value.endswith(" at"):
+        assert result.value == value
+    else:
+        assert result.value is not None and result.value.startswith(value)
+
+
+@pytest.mark.timeout(20)
+async def test_an_error_in_the_last_expression_points_at_its_own_line_and_columns(
+    runtime: Runtime,
+) -> None:
+    source = "x = 1\ny = 0\n\nx  /  y"
+    result = await runtime.shell().run(source)
+    assert result.status == "error"
+    assert result.error is not None
+    # The same source compiled whole and formatted here: same line, same carets.
+    linecache.cache["<reference>"] = (len(source), None, source.splitlines(True), "<reference>")
+    try:
+        exec(compile(source, "<reference>", "exec"), {})
+    except ZeroDivisionError as error:
+        assert error.__traceback__ is not None
+        reference = traceback.TracebackException(
+            type(error), error, error.__traceback__.tb_next
+        ).format()
+        expected = "".join(reference).split("<reference>", 1)[1]
+    assert "line 4, in <module>\n    x  /  y\n" in expected
+    assert expected in result.error

@@ -31,6 +31,7 @@ import asyncio
 import builtins
 import contextlib
 import fcntl
+import inspect
 import io
 import linecache
 import os
@@ -43,7 +44,7 @@ import termios
 import threading
 import traceback
 import types
-from typing import Any
+from typing import Any, NamedTuple
 
 from .busypoll import BusyPoll
 from .calls import CallTable, ScriptTask, ToolError, ToolTimeout
@@ -201,19 +202,25 @@ class Kernel:
         if not self._quiet:
             self._mark_output(b"\x00>" + script.marker.encode("ascii") + b"\x00")
         try:
-            code = _compile_cell(str(message["code"]), f"<script {script.id}>")
+            cell = _compile_cell(str(message["code"]), f"<script {script.id}>")
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as error:
             self._finish(script, {"status": "error", "error": _format_compile_error(error)})
             return
-        script.task = self.loop.create_task(self._run_cell(code))
+        script.task = self.loop.create_task(self._run_cell(cell))
         script.task.add_done_callback(lambda task: self._on_cell_done(script, task))
 
-    async def _run_cell(self, code: types.CodeType) -> Any:
+    async def _run_cell(self, cell: _Cell) -> Any:
         namespace = self.namespace
-        result = eval(code, namespace)
-        if type(result) is types.CoroutineType:
-            await result
-        return namespace.pop(_VALUE_NAME, None)
+        if cell.statements is not None:
+            result = eval(cell.statements, namespace)
+            if type(result) is types.CoroutineType:
+                await result
+        if cell.value is None:
+            return namespace.pop(_VALUE_NAME, None)
+        value = eval(cell.value, namespace)
+        if cell.value.co_flags & inspect.CO_COROUTINE:
+            value = await value  # the expression itself awaits something
+        return value
 
     def _on_cell_done(self, script: _Script, task: asyncio.Task[Any]) -> None:
         report: dict[str, Any]
@@ -458,17 +465,47 @@ def _text_stream(fd: int) -> io.TextIOWrapper:
     )
 
 
-def _compile_cell(source: str, filename: str) -> types.CodeType:
+class _Cell(NamedTuple):
+    """A script compiled: its statements, then (when it ends with one) its last expression,
+    whose value is the script's. With `value` None, the value is left under `_VALUE_NAME`."""
+
+    statements: types.CodeType | None
+    value: types.CodeType | None
+
+
+def _compile_cell(source: str, filename: str) -> _Cell:
+    """Compile a script so that running it gives the value of its last expression.
+
+    Goal: a short script compiles in a few microseconds. What fails: turning the last
+    expression into an assignment in the syntax tree and compiling the tree, since Python
+    then converts the tree's objects back to its own (compiling "1" that way took 30 µs
+    against 7 from the text). What we do: the tree only says where the last statement
+    starts; the lines before it and the expression itself are compiled from the source text,
+    the expression padded with newlines so line numbers stay the script's own. An expression
+    that shares its line with another statement (`x = 1; x`) goes through the tree.
+    """
     tree = ast.parse(source, filename, "exec")
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = tree.body[-1]
-        # Only the two new nodes need a location: no walk over the whole tree for it.
-        target = ast.copy_location(ast.Name(_VALUE_NAME, ast.Store()), last)
-        assign = ast.Assign(targets=[target], value=last.value)
-        tree.body[-1] = ast.copy_location(assign, last)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    code: types.CodeType = compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    return code
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    body = tree.body
+    if not body or not isinstance(body[-1], ast.Expr):
+        return _Cell(compile(source, filename, "exec", flags=flags), None)
+    last = body[-1]
+    if last.col_offset == 0 and (len(body) == 1 or (body[-2].end_lineno or 0) < last.lineno):
+        lines = source.splitlines(keepends=True)
+        start = last.lineno - 1
+        head = "".join(lines[:start])
+        try:
+            return _Cell(
+                compile(head, filename, "exec", flags=flags) if head.strip() else None,
+                compile("\n" * start + "".join(lines[start:]), filename, "eval", flags=flags),
+            )
+        except SyntaxError:
+            pass  # the expression's line holds more than it (`1;`): the tree can say
+    # Only the two new nodes need a location: no walk over the whole tree for it.
+    target = ast.copy_location(ast.Name(_VALUE_NAME, ast.Store()), last)
+    body[-1] = ast.copy_location(ast.Assign(targets=[target], value=last.value), last)
+    return _Cell(compile(tree, filename, "exec", flags=flags), None)
 
 
 def _safe_repr(value: Any) -> str | None:
