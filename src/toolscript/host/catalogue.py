@@ -7,7 +7,8 @@ call is validated and dispatched here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import types
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,8 +74,18 @@ class ToolCatalogue:
         spec = self._specs[key]
         timeout = spec.timeout if spec.timeout is not None else self.default_timeout
         try:
-            async with asyncio.timeout(timeout):
-                outcome = await spec.handler(args)
+            # The handler's first step runs here, in this task, before any timer: a handler
+            # that answers without waiting (most Python tools) needs none, and the timer and
+            # its bookkeeping cost more than such a handler. (Synchronous code cannot be timed
+            # out anyway.) One that waits finishes under the timeout.
+            steps = spec.handler(args).__await__()
+            try:
+                waiting = steps.send(None)
+            except StopIteration as stop:
+                outcome = stop.value
+            else:
+                async with asyncio.timeout(timeout):
+                    outcome = await _resume(steps, waiting)
         except TimeoutError:
             return Answer(
                 "tool_timeout",
@@ -103,3 +114,24 @@ class ToolCatalogue:
         if outcome.is_error:
             return Answer("error", outcome.value, str(outcome.value))
         return Answer("value", outcome.value)
+
+
+@types.coroutine
+def _resume(steps: Generator[Any, None, Any], waiting: Any) -> Generator[Any, None, Any]:
+    """Go on awaiting an awaitable (its `__await__()` steps) that was stepped once by hand and
+    now waits on `waiting`.
+
+    The task running this sees `waiting` as if the handler had yielded it to the task itself,
+    and what the task throws in (a cancellation, the timeout's) goes on to the handler.
+    asyncio resumes an awaitable by sending None, so `yield from` can take over from there.
+    """
+    while True:
+        try:
+            yield waiting
+        except BaseException as error:
+            try:
+                waiting = steps.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            continue
+        return (yield from steps)
