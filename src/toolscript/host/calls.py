@@ -262,25 +262,30 @@ class CallLedger:
 
     def acknowledged(self, acks: Iterable[Any]) -> None:
         """The kernel's word on calls: `[n, "seen"]` or `[n, "unwaited", cause, arrived]`."""
-        for ack in acks:
-            if type(ack) is not list or len(ack) < 2:
-                raise ValueError("an acknowledgement that is not a list of at least two items")
-            call = self._calls.get(ack[0])
-            if call is None:
-                continue
-            if ack[1] == "seen":
-                call.kernel_seen = True
-                tally = self._open_tally(ack[0])
-                if tally is not None and not call.refused and call.host_cause is None:
-                    del tally.open[ack[0]]
-                    tally.fold(call, "seen", None)
-                    self._journal.settle_calls([CallFate(call.id, "seen", None)])
-                    if call.answered_at is not None:
-                        del self._calls[ack[0]]
-            elif ack[1] == "unwaited" and len(ack) >= 4:
-                call.unwaited = (str(ack[2]), bool(ack[3]))
-            else:
-                raise ValueError("an acknowledgement of an unknown kind")
+        seen: list[CallFate] = []  # journaled together: one buffer lock for a gather's acks
+        try:
+            for ack in acks:
+                if type(ack) is not list or len(ack) < 2:
+                    raise ValueError("an acknowledgement that is not a list of at least two items")
+                call = self._calls.get(ack[0])
+                if call is None:
+                    continue
+                if ack[1] == "seen":
+                    call.kernel_seen = True
+                    tally = self._open_tally(ack[0])
+                    if tally is not None and not call.refused and call.host_cause is None:
+                        del tally.open[ack[0]]
+                        tally.fold(call, "seen", None)
+                        seen.append(CallFate(call.id, "seen", None))
+                        if call.answered_at is not None:
+                            del self._calls[ack[0]]
+                elif ack[1] == "unwaited" and len(ack) >= 4:
+                    call.unwaited = (str(ack[2]), bool(ack[3]))
+                else:
+                    raise ValueError("an acknowledgement of an unknown kind")
+        finally:
+            if seen:
+                self._journal.settle_calls(seen)
 
     def settle(self, interpreter_gone: bool) -> CallReport:
         """Close the running script's report: every call it made gets its fate now."""
