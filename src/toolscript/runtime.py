@@ -349,6 +349,8 @@ class Runtime:
                 name = f"shell-{next(self._shell_numbers)}"
         if not isinstance(name, str) or not name:
             raise ValueError("a shell's name must be a non-empty string")
+        if not name.isprintable():  # no control characters, no lone surrogates
+            raise ValueError(f"a shell's name must be printable text, not {name!r}")
         shell = self._shells.get(name)
         if shell is None:
             shell = Shell(self, name)

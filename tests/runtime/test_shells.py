@@ -12,7 +12,7 @@ import pytest
 
 from toolscript import Runtime
 
-from .conftest import wait_for_file
+from .conftest import MakeRuntime, wait_for_file
 
 
 @pytest.mark.timeout(20)
@@ -233,3 +233,26 @@ async def test_an_error_in_the_last_expression_points_at_its_own_line_and_column
         expected = "".join(reference).split("<reference>", 1)[1]
     assert "line 4, in <module>\n    x  /  y\n" in expected
     assert expected in result.error
+
+
+@pytest.mark.timeout(20)
+async def test_a_script_holding_a_lone_surrogate_gets_an_answer_and_is_journaled(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    # Code from a model arrives as JSON, where "\ud800" is a valid escape; Python cannot
+    # compile such text, and says so; the host must neither raise nor lose the record.
+    runtime = await make_runtime(journal=str(tmp_path / "journal.sqlite3"))
+    result = await runtime.shell().run("x = '\ud800'\nlen(x)")
+    assert result.status == "error"
+    assert result.error is not None and "UnicodeEncodeError" in result.error
+    [script] = [s for s in runtime.journal.scripts() if s.script_id == result.script_id]
+    assert script.status == "error"
+
+
+@pytest.mark.parametrize("name", ["a\nb", "tab\there", "\ud800"])
+@pytest.mark.timeout(10)
+async def test_a_shell_name_that_is_not_printable_text_is_refused(
+    runtime: Runtime, name: str
+) -> None:
+    with pytest.raises(ValueError, match="printable"):
+        runtime.shell(name)

@@ -418,7 +418,7 @@ class Journal:
         In the intent file when this returns (it survives a kill of the host process), in
         SQLite within `FLUSH_INTERVAL`. Script ids are unique; a repeated one is kept once.
         """
-        script = (script_id, shell, generation, code, started_at)
+        script = (script_id, shell, generation, _storable(code), started_at)
         intents = self._intents
         line = b"" if intents is None else _script_line(next(self._sequence), script)
         with self._buffer_lock:
@@ -1055,6 +1055,16 @@ def _remove_intents(path: Path, host_id: int) -> None:
             intents.unlink(missing_ok=True)
         except OSError:
             _log.exception("Could not remove the intent file %s.", intents)
+
+
+def _storable(text: str) -> str:
+    """`text` as UTF-8 can hold it: a lone surrogate (a script may well hold one, from an
+    escape in the JSON it came in) is kept as its escape, `\\ud800`, not refused."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _call_fields(call: CallStart) -> tuple[str, str | None, str, str, str, float]:
