@@ -18,7 +18,7 @@ from ..tools.spec import SourceGone, ToolFailure, ToolOutcome, ToolSpec
 from ..tools.validation import ArgumentValidator
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs 4x, once per call
 class Answer:
     """What the host tells the kernel about one call, and what the ledger records.
 

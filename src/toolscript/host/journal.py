@@ -102,7 +102,7 @@ class JournalClosedError(Exception):
         super().__init__("The journal is closed; open a new one with Journal.open().")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs 4x, once per call
 class CallStart:
     """A tool call as the host received it, before anything is done with it.
 
@@ -118,7 +118,7 @@ class CallStart:
     made_at: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs 4x, once per call
 class CallAnswer:
     """The answer a call got from its handler: when, whether an error, and its start."""
 
@@ -128,7 +128,7 @@ class CallAnswer:
     answer_brief: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs 4x, once per call
 class CallFate:
     """A call's fate when its script's result was settled (DESIGN §3.3).
 
