@@ -206,8 +206,41 @@ class Kernel:
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as error:
             self._finish(script, {"status": "error", "error": _format_compile_error(error)})
             return
+        if not cell.awaits:
+            self._run_at_once(script, cell)
+            return
         script.task = self.loop.create_task(self._run_cell(cell))
         script.task.add_done_callback(lambda task: self._on_cell_done(script, task))
+
+    def _run_at_once(self, script: _Script, cell: _Cell) -> None:
+        """Run a script with no top-level `await` here and now: it cannot wait, so it needs no
+        task, and no pass of the loop to start it or to see it end.
+
+        A stop reaches it as it would in a task: SIGINT raises KeyboardInterrupt in the
+        script's code; one that came while it was being compiled stops it before it starts.
+        (`asyncio.current_task()` is None in such a script.)
+        """
+        if script.stop_reason is not None:
+            self._cell_ended(script, None, KeyboardInterrupt())
+            return
+        namespace = self.namespace
+        failed: BaseException | None = None
+        try:
+            if cell.statements is not None:
+                eval(cell.statements, namespace)
+            if cell.value is None:
+                value = namespace.pop(_VALUE_NAME, None)
+            else:
+                value = eval(cell.value, namespace)
+        except BaseException as error:
+            value, failed = None, error
+        if self.loop._ready:  # type: ignore[attr-defined]
+            # The script scheduled something (a task it created, about to take its first
+            # step): that runs first, as it would before a script's task was seen to end, so
+            # the calls such a task makes at once still count in this script's report.
+            self.loop.call_soon(self._cell_ended, script, value, failed)
+        else:
+            self._cell_ended(script, value, failed)
 
     async def _run_cell(self, cell: _Cell) -> Any:
         namespace = self.namespace
@@ -223,17 +256,25 @@ class Kernel:
         return value
 
     def _on_cell_done(self, script: _Script, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            self._cell_ended(script, None, asyncio.CancelledError())
+            return
+        error = task.exception()
+        self._cell_ended(script, None if error is not None else task.result(), error)
+
+    def _cell_ended(self, script: _Script, value: Any, error: BaseException | None) -> None:
         report: dict[str, Any]
-        error: BaseException | None = None if task.cancelled() else task.exception()
         if script.stop_reason is not None:
             report = {"status": "stopped", "reason": script.stop_reason}
-            if error is not None and not isinstance(error, KeyboardInterrupt):
+            if error is not None and not isinstance(
+                error, (KeyboardInterrupt, asyncio.CancelledError)
+            ):
                 report["error"] = _format_exception(error)
-        elif task.cancelled():
+        elif isinstance(error, asyncio.CancelledError):
             report = {"status": "error", "error": "The script's own task was cancelled."}
         elif error is None:
-            script.value = task.result()
-            report = {"status": "ok", "value": _safe_repr(script.value)}
+            script.value = value
+            report = {"status": "ok", "value": _safe_repr(value)}
         elif isinstance(error, SystemExit):
             code = error.code
             if code is None or code == 0:
@@ -471,6 +512,14 @@ class _Cell(NamedTuple):
 
     statements: types.CodeType | None
     value: types.CodeType | None
+
+    @property
+    def awaits(self) -> bool:
+        """Whether the script has a top-level `await` (so it must run in a task)."""
+        return any(
+            code is not None and code.co_flags & inspect.CO_COROUTINE
+            for code in (self.statements, self.value)
+        )
 
 
 def _compile_cell(source: str, filename: str) -> _Cell:
