@@ -128,6 +128,9 @@ class Interpreter:
         self._stdout = StreamCapture(launch.output_limit)
         self._stderr = StreamCapture(launch.output_limit)
         self._outbox: list[bytes] = []
+        # The loop it is made and run on, kept: asyncio.get_running_loop(), and current_task()
+        # without a loop, call getpid() each time (a system call), on every tool call.
+        self._loop = asyncio.get_running_loop()
         self._wrote_alone = False  # a frame went out alone since the kernel last spoke
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._done: asyncio.Future[dict[str, Any]] | None = None
@@ -178,7 +181,7 @@ class Interpreter:
 
     async def start(self) -> None:
         """Start the kernel, wait for `ready`, bind the tools. Raises `InterpreterStartError`."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         # Start-up output is the kernel's, not a script's: kept to explain a failed start.
         self._stdout.begin(secrets.token_hex(8), at_start_marker=False)
         self._stderr.begin(secrets.token_hex(8), at_start_marker=False)
@@ -489,7 +492,7 @@ class Interpreter:
                 frames, self._outbox = self._outbox, []
                 channel.write(b"".join(frames))
                 self._outbox = []
-                asyncio.get_running_loop().call_soon(self._flush)
+                self._loop.call_soon(self._flush)
         elif not self._wrote_alone:
             channel.write(frame)
             self._wrote_alone = True
@@ -497,7 +500,7 @@ class Interpreter:
                 self.launch.busy.expect()  # the running script's kernel answers at once
         else:
             self._outbox.append(frame)
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         if not self._outbox:
@@ -558,7 +561,7 @@ class Interpreter:
             self._dispatch(calls)
 
     def _dispatch(self, frames: list[dict[str, Any]]) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         for n, call, args in self.ledger.made(frames):
             key = call.tool
             problem = self.catalogue.check(key, args)
@@ -580,7 +583,7 @@ class Interpreter:
             self._answered(n, await self.catalogue.call(key, args))
         finally:
             # Not a done callback: that would cost every call another pass of the loop.
-            self._tasks.discard(asyncio.current_task())
+            self._tasks.discard(asyncio.current_task(self._loop))
 
     def _answered(self, n: int, answer: Answer) -> None:
         if answer.kind in ("tool_timeout", "source_gone"):

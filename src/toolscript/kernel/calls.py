@@ -146,7 +146,9 @@ class CallTable:
             type(timeout) not in (int, float) or not timeout > 0 or timeout != timeout
         ):
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
-        loop = asyncio.get_running_loop()
+        # On the main thread the running loop can only be the kernel's (a second one cannot
+        # run there); asking asyncio costs a getpid() system call each time.
+        loop = self._loop if threading.get_ident() == _MAIN_THREAD else asyncio.get_running_loop()
         caller = sys._getframe(1)
         task = asyncio.current_task(loop)
         n = next(self._numbers)
