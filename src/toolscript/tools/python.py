@@ -43,6 +43,9 @@ from toolscript.tools.spec import SourceGone, ToolAnnotations, ToolFailure, Tool
 P = ParamSpec("P")
 R = TypeVar("R")
 
+_JSON_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+"""Results that are JSON as they are: no conversion, nothing to await."""
+
 _PLAIN_JSON: frozenset[object] = frozenset(
     {str, int, float, bool, Any, object, inspect.Parameter.empty}
 )
@@ -117,13 +120,16 @@ class Tool(Generic[P, R]):
 
     async def handle(self, arguments: dict[str, Any]) -> ToolOutcome:
         """The tool's handler: call the function with `arguments` and give its answer."""
+        converters = self.converters
         try:
-            converted = {
-                name: self.converters[name].validate_python(value)
-                if name in self.converters
-                else value
-                for name, value in arguments.items()
-            }
+            converted = (
+                {
+                    name: converters[name].validate_python(value) if name in converters else value
+                    for name, value in arguments.items()
+                }
+                if converters
+                else arguments  # plain JSON types only: validated already, nothing to convert
+            )
         except Exception as error:
             return ToolOutcome(
                 value=f"the arguments could not be converted: {_message(error)}", is_error=True
@@ -134,7 +140,7 @@ class Tool(Generic[P, R]):
                 result = await call(**converted)
             else:
                 result = await asyncio.to_thread(call, **converted)
-            if inspect.isawaitable(result):
+            if type(result) not in _JSON_SCALARS and inspect.isawaitable(result):
                 result = await result
         except (SourceGone, asyncio.CancelledError):
             raise
@@ -142,6 +148,8 @@ class Tool(Generic[P, R]):
             return ToolOutcome(value=_message(failure, with_type=False), is_error=True)
         except Exception as error:
             return ToolOutcome(value=_message(error), is_error=True)
+        if type(result) in _JSON_SCALARS:
+            return ToolOutcome(value=result)
         if isinstance(result, ToolOutcome):
             return result
         try:
