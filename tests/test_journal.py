@@ -577,3 +577,50 @@ def test_ten_thousand_calls_journaled_in_batches_of_a_thousand_are_all_kept(
         assert all(c.answer_brief == f"'{c.call_id}'" for c in calls if c.fate == "seen")
         assert [c.call_id for c in journal.uncertain()] == [f"c-{b}-999" for b in range(10)]
         assert len(journal.calls(uncertain=True, limit=3)) == 3
+
+
+@pytest.mark.parametrize("flush_between", [False, True])
+def test_a_call_made_answered_and_settled_in_one_flush_reads_as_in_many(
+    tmp_path: Path, flush_between: bool
+) -> None:
+    # A call whose start, answer and fate share a flush is inserted whole; one whose parts
+    # are flushed apart is inserted, then updated. Both must read the same.
+    with Journal.open(tmp_path / "journal.sqlite3") as journal:
+
+        def maybe_flush() -> None:
+            if flush_between:
+                journal.flush()
+
+        journal.record_calls([start("seen"), start("late"), start("pending"), start("open")])
+        maybe_flush()
+        journal.record_answers([CallAnswer("seen", NOW + 1, False, "'a'")])
+        journal.record_answers([CallAnswer("late", NOW + 2, True, "'b'")])
+        maybe_flush()
+        journal.settle_calls(
+            [
+                CallFate("seen", "seen", None),
+                CallFate("late", "late", "timeout"),
+                CallFate("pending", "pending", "stopped"),
+            ]
+        )
+        maybe_flush()
+        by_id = {call.call_id: call for call in journal.calls()}
+        assert (by_id["seen"].fate, by_id["seen"].answer_brief, by_id["seen"].uncertain) == (
+            "seen",
+            "'a'",
+            False,
+        )
+        late = by_id["late"]
+        assert (late.fate, late.cause, late.is_error, late.answered_at) == (
+            "late",
+            "timeout",
+            True,
+            NOW + 2,
+        )
+        pending = by_id["pending"]
+        assert (pending.fate, pending.uncertain_reason) == ("pending", "pending_at_settle")
+        assert by_id["open"].fate is None and not by_id["open"].uncertain
+        # An answer after a pending fate takes the call out of the uncertain list.
+        journal.record_answers([CallAnswer("pending", NOW + 3, False, "'c'")])
+        assert [call.call_id for call in journal.uncertain()] == []
+        assert {call.call_id for call in journal.calls()} == {"seen", "late", "pending", "open"}
