@@ -55,3 +55,50 @@ def test_a_body_that_is_not_a_json_object_is_a_frame_error() -> None:
     body = json.dumps([1, 2]).encode()
     with pytest.raises(FrameError, match="not an object"):
         FrameReader().feed(memoryview(len(body).to_bytes(4, "big") + body))
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"t": "call", "n": 1, "tool": "noop", "args": {"x": 5}, "script": None},
+        {"text": 'é ü 漢字 \ud800 \x00 "quoted" \\ back', "emoji": "🙂"},
+        {"nested": [1, [2, [3, {"k": [True, False, None]}]]], "float": 1.5e-300},
+        {"nan": float("nan"), "inf": float("inf"), "big": 2**80},
+    ],
+)
+def test_a_frame_is_what_json_dumps_writes_and_reads_back(message: dict[str, object]) -> None:
+    frame = encode(message)
+    body = frame[4:]
+    assert body == json.dumps(message).encode("ascii")
+    [read] = FrameReader().feed(frame)
+    assert json.dumps(read) == json.dumps(message)
+
+
+def test_what_json_cannot_hold_is_refused_as_json_dumps_would() -> None:
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        encode({"x": object()})
+    cycle: dict[str, object] = {}
+    cycle["self"] = cycle
+    with pytest.raises(RecursionError):
+        encode(cycle)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b' {"t": "a"} ', {"t": "a"}),  # whitespace around: json.loads takes it
+        (b'{"t": "a"}{"t": "b"}', None),  # two values in one frame
+        (b'{"t": "a"} x', None),
+        (b"\xff\xfe{}", None),  # not UTF-8
+        (b"", None),
+    ],
+)
+def test_a_body_the_fast_decoder_does_not_take_whole_is_decided_by_json_loads(
+    body: bytes, expected: dict[str, object] | None
+) -> None:
+    frame = len(body).to_bytes(4, "big") + body
+    if expected is None:
+        with pytest.raises(FrameError):
+            FrameReader().feed(frame)
+    else:
+        assert FrameReader().feed(frame) == [expected]

@@ -4,14 +4,20 @@ A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON 
 object. Both sides batch: a reader turns whatever bytes have arrived into every complete frame
 in them at once, so a burst of tool calls costs one wake-up, not one per call.
 
-`json.dumps` with its defaults is used on purpose: it escapes non-ASCII (lone surrogates
-included) so every frame is valid UTF-8, and it is the fastest stdlib encoder (passing
-`separators` builds a new encoder per call).
+Frames are JSON as `json.dumps` writes it with its defaults: non-ASCII escaped (lone
+surrogates included), so every frame is valid UTF-8. The kernel encodes and decodes one frame
+per tool call each way, so both go straight to the `json` module's C encoder and scanner, made
+once: `json.dumps` builds a new C encoder for every call, and `json.loads` of bytes first
+guesses their encoding in Python (3.5 -> 1.6 µs to encode a call, 2.9 -> 0.9 µs to decode an
+answer). Anything the fast decoder does not take whole goes through `json.loads`, which
+decides.
 """
 
 from __future__ import annotations
 
 import json
+import json.encoder
+import json.scanner
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -26,13 +32,33 @@ _pack = HEADER.pack
 _unpack_from = HEADER.unpack_from
 
 
+def _not_json(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# No circular-reference markers: a cycle, like any structure too deep, ends in RecursionError.
+_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)  # None without the C module
+_encoder: Any = (
+    _make_encoder(
+        None, _not_json, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
+    )
+    if _make_encoder is not None
+    else None
+)
+_make_scanner: Any = json.scanner.make_scanner
+_scan: Any = _make_scanner(json.JSONDecoder())
+
+
 class FrameError(Exception):
     """The peer sent bytes that are not a valid frame. The connection cannot be trusted after it."""
 
 
 def encode(message: dict[str, Any]) -> bytes:
     """One frame holding `message`. Raises `ValueError`/`TypeError`/`RecursionError` on bad data."""
-    body = _dumps(message).encode("ascii")
+    if _encoder is None:
+        body = _dumps(message).encode("ascii")
+    else:
+        body = "".join(_encoder(message, 0)).encode("ascii")
     return _pack(len(body)) + body
 
 
@@ -113,6 +139,13 @@ class ChannelReader:
 
 def decode_body(body: bytes) -> dict[str, Any]:
     """Decode one frame's body defensively: any failure is a `FrameError`, never another error."""
+    try:
+        text = body.decode("utf-8")
+        found, end = _scan(text, 0)
+        if end == len(text) and type(found) is dict:
+            return found
+    except (StopIteration, ValueError, RecursionError, MemoryError):
+        pass  # not one JSON object and nothing else, as a frame should be: json.loads decides
     try:
         message = _loads(body)
     except (ValueError, RecursionError, MemoryError) as error:
