@@ -33,7 +33,6 @@ class LoopPoll:
 
     def __init__(self, window: float, cores: int) -> None:
         self.poll = BusyPoll(window)
-        self.window = window
         self.cores = cores
         self.running = 0
         """Scripts running now in the interpreters of the runtimes on this loop."""
@@ -44,7 +43,7 @@ class LoopPoll:
     def script_started(self) -> float:
         """Count a script in; the window its kernel may poll for (0 when no core is spare)."""
         self.running += 1
-        return self.window if self.running < self.cores else 0.0
+        return self.poll.window if self.running < self.cores else 0.0
 
     def script_ended(self) -> None:
         self.running = max(0, self.running - 1)

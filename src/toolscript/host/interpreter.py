@@ -491,7 +491,6 @@ class Interpreter:
                 # answers while the rest are still being made.
                 frames, self._outbox = self._outbox, []
                 channel.write(b"".join(frames))
-                self._outbox = []
                 self._loop.call_soon(self._flush)
         elif not self._wrote_alone:
             channel.write(frame)

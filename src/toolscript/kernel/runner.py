@@ -151,7 +151,6 @@ class Kernel:
         if self._transport is not None:
             frames, self._outbox = self._outbox, []
             self._transport.write(b"".join(frames))
-            self._outbox = []
             self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
