@@ -624,3 +624,44 @@ def test_a_call_made_answered_and_settled_in_one_flush_reads_as_in_many(
         journal.record_answers([CallAnswer("pending", NOW + 3, False, "'c'")])
         assert [call.call_id for call in journal.uncertain()] == []
         assert {call.call_id for call in journal.calls()} == {"seen", "late", "pending", "open"}
+
+
+@pytest.mark.parametrize("count", [1, 2, 63, 64, 65, 127, 200])
+def test_a_flush_of_any_size_writes_every_call_whole_and_in_order(
+    tmp_path: Path, count: int
+) -> None:
+    # A flush inserts its whole calls many rows per statement (64, then 32, 16, ... 1): every
+    # row must land, in order, with every column in its place.
+    with Journal.open(tmp_path / "journal.sqlite3") as journal:
+        journal.begin_script("s-1", "main", 1, "many()", NOW)
+        ids = [f"c-{i}" for i in range(count)]
+        journal.record_calls(
+            [
+                CallStart(call_id, "s-1", "main", f"tool{i}", f"x={i}", NOW + i)
+                for i, call_id in enumerate(ids)
+            ]
+        )
+        journal.record_answers(
+            [
+                CallAnswer(call_id, NOW + 10_000 + i, i % 3 == 0, f"'{i}'")
+                for i, call_id in enumerate(ids)
+            ]
+        )
+        journal.settle_calls(
+            [
+                CallFate(call_id, "seen" if i % 2 else "late", None if i % 2 else "timeout")
+                for i, call_id in enumerate(ids)
+            ]
+        )
+        journal.flush()
+        calls = journal.calls(script_id="s-1")
+        assert [call.call_id for call in calls] == ids
+        for i, call in enumerate(calls):
+            assert (call.tool, call.args_brief, call.made_at) == (f"tool{i}", f"x={i}", NOW + i)
+            assert (call.answered_at, call.is_error, call.answer_brief) == (
+                NOW + 10_000 + i,
+                i % 3 == 0,
+                f"'{i}'",
+            )
+            assert (call.fate, call.cause) == (("seen", None) if i % 2 else ("late", "timeout"))
+            assert (call.shell, call.script_id, call.uncertain) == ("main", "s-1", False)
