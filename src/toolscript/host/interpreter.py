@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import os
 import secrets
 import signal
 import socket
 import sys
+import types
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -560,7 +563,7 @@ class Interpreter:
             self._dispatch(calls)
 
     def _dispatch(self, frames: list[dict[str, Any]]) -> None:
-        loop = self._loop
+        todo: list[tuple[int, str, dict[str, Any]]] = []
         for n, call, args in self.ledger.made(frames):
             key = call.tool
             problem = self.catalogue.check(key, args)
@@ -568,21 +571,71 @@ class Interpreter:
                 self.ledger.refuse(n, problem)
                 self.send(Answer("refused", message=problem).to_frame(n))
                 continue
-            if _EAGER:
-                # Its first step runs now, in its task: a handler that needs no wait answers
-                # before this returns, without a pass of the event loop.
-                task = asyncio.Task(self._answer(n, key, args), loop=loop, **_EAGER_START)
-                if not task.done():
-                    self._tasks.add(task)
-            else:
-                self._tasks.add(loop.create_task(self._answer(n, key, args)))
+            todo.append((n, key, args))
+        if todo:
+            # Its first step runs now where tasks can start eagerly (3.12): handlers that
+            # need no wait answer before this returns, without a pass of the event loop.
+            self._answer_soon(todo, 0, eager=_EAGER)
 
-    async def _answer(self, n: int, key: str, args: dict[str, Any]) -> None:
+    def _answer_soon(
+        self, todo: list[tuple[int, str, dict[str, Any]]], start: int, eager: bool
+    ) -> None:
+        if eager:
+            task = asyncio.Task(self._answer(todo, start), loop=self._loop, **_EAGER_START)
+            if not task.done():
+                self._tasks.add(task)
+        else:
+            self._tasks.add(self._loop.create_task(self._answer(todo, start)))
+
+    async def _answer(self, todo: list[tuple[int, str, dict[str, Any]]], start: int) -> None:
+        """Answer the calls `todo[start:]`, as many as can be in this one task.
+
+        Goal: a call costs what its handler costs, and most handlers (Python tools) answer
+        without waiting. What fails: a task per call, which costs more than such a handler
+        (its creation, a pass of the loop, its bookkeeping), 15% of the host's time through
+        a `gather`. What we do: run the calls' handlers one after another in one task, each
+        in its own copy of the context, as a task of its own would. A handler that has to
+        wait keeps this task, which waits for it: whatever it tied to the current task in
+        its first step (a timeout, a cancel scope) is tied to the task that goes on running
+        it. The calls after it go on in a new task, at once.
+        """
         try:
-            self._answered(n, await self.catalogue.call(key, args))
+            for i in range(start, len(todo)):
+                n, key, args = todo[i]
+                context = contextvars.copy_context()
+                steps = self.catalogue.call(key, args)
+                try:
+                    waiting = context.run(steps.send, None)
+                except StopIteration as stop:
+                    self._answered_safely(n, stop.value)
+                    continue
+                except asyncio.CancelledError:
+                    # Nothing cancelled this task mid-step: the handler raised it itself.
+                    self._answered_safely(n, _cancelled_itself(key))
+                    continue
+                if i + 1 < len(todo):
+                    self._answer_soon(todo, i + 1, eager=False)
+                try:
+                    answer = await _go_on(context, steps, waiting)
+                except asyncio.CancelledError:
+                    task = asyncio.current_task(self._loop)
+                    if task is None or task.cancelling():
+                        raise  # the runtime is closing: the call stays unanswered, pending
+                    answer = _cancelled_itself(key)
+                self._answered(n, answer)
+                return
         finally:
             # Not a done callback: that would cost every call another pass of the loop.
             self._tasks.discard(asyncio.current_task(self._loop))
+
+    def _answered_safely(self, n: int, answer: Answer) -> None:
+        """`_answered`, where a failure must not keep the batch's later calls from running."""
+        try:
+            self._answered(n, answer)
+        except Exception as error:
+            self._loop.call_exception_handler(
+                {"message": f"answering call {n} failed", "exception": error}
+            )
 
     def _answered(self, n: int, answer: Answer) -> None:
         if answer.kind in ("tool_timeout", "source_gone"):
@@ -705,3 +758,36 @@ class _ProcessProtocol(asyncio.SubprocessProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport: asyncio.SubprocessTransport | None = transport  # type: ignore[assignment]
+
+
+def _cancelled_itself(key: str) -> Answer:
+    """The answer to a call whose handler raised `CancelledError` when nothing cancelled it
+    (it awaited a task that someone cancelled, say): an error the script can see, rather than
+    a call that never answers."""
+    message = (
+        f"{key}: the tool's handler was cancelled (it raised CancelledError). It may have "
+        "taken effect in part: check before you repeat it."
+    )
+    return Answer("error", message, message)
+
+
+@types.coroutine
+def _go_on(
+    context: contextvars.Context, steps: Coroutine[Any, Any, Answer], waiting: Any
+) -> Generator[Any, Any, Answer]:
+    """Go on running a coroutine, stepped once by hand in `context`, that now waits on
+    `waiting`: each later step runs in `context` too, and what the task throws in (its
+    cancellation, a timeout's) goes on to the coroutine."""
+    while True:
+        try:
+            sent = yield waiting
+        except BaseException as error:
+            try:
+                waiting = context.run(steps.throw, error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+        else:
+            try:
+                waiting = context.run(steps.send, sent)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]

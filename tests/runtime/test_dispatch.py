@@ -1,0 +1,187 @@
+"""How the host runs the handlers of calls that arrive together (a `gather`'s burst).
+
+They share a task until one has to wait; each must still behave as if it had a task of its
+own: its own context, its own timeout, and a wait that holds up none of the calls after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+import pytest
+
+from toolscript import tool
+
+from .conftest import MakeRuntime
+
+pytestmark = pytest.mark.timeout(60)
+
+_mark: contextvars.ContextVar[int | None] = contextvars.ContextVar("mark", default=None)
+
+
+@tool
+async def mark(x: int) -> int | None:
+    """Set a context variable and give back what it held before."""
+    before = _mark.get()
+    _mark.set(x)
+    return before
+
+
+async def test_each_handler_runs_in_its_own_context(make_runtime: MakeRuntime) -> None:
+    runtime = await make_runtime(tools=[mark])
+    result = await runtime.run(
+        "import asyncio\nawait asyncio.gather(*[mark(x=i) for i in range(200)])"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == repr([None] * 200)
+    assert result.calls.by_fate == {"seen": 200}
+
+
+def _door_tools() -> list[object]:
+    doors: dict[int, asyncio.Event] = {}
+
+    @tool
+    async def wait_open(x: int) -> str:
+        """Wait until door `x` is opened."""
+        await doors.setdefault(x, asyncio.Event()).wait()
+        return f"opened {x}"
+
+    @tool
+    async def open_up(x: int) -> int:
+        """Open door `x`."""
+        doors.setdefault(x, asyncio.Event()).set()
+        return x
+
+    return [wait_open, open_up]
+
+
+async def test_a_handler_that_waits_holds_up_none_of_the_calls_after_it(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime(tools=_door_tools())
+    # The first call waits for the last: if the calls after it waited for it, this would
+    # never end.
+    result = await runtime.run(
+        "import asyncio\nawait asyncio.gather(wait_open(x=99), *[open_up(x=i) for i in range(100)])"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == repr(["opened 99", *range(100)])
+    assert result.calls.by_fate == {"seen": 101}
+
+
+async def test_many_waiting_handlers_in_one_burst_each_get_their_own_answer(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime(tools=_door_tools())
+    # Each waiting call hands the calls after it to a new task; each door opens only when
+    # the call after its waiter runs.
+    result = await runtime.run(
+        "import asyncio\n"
+        "calls = []\n"
+        "for i in range(30):\n"
+        "    calls += [wait_open(x=i), open_up(x=i)]\n"
+        "await asyncio.gather(*calls)"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == repr([item for i in range(30) for item in (f"opened {i}", i)])
+    assert result.calls.by_fate == {"seen": 60}
+
+
+async def test_a_waiting_handler_in_a_burst_times_out_on_its_own(
+    make_runtime: MakeRuntime,
+) -> None:
+    never = asyncio.Event()
+
+    @tool(timeout=0.2)
+    async def stuck() -> str:
+        """Never answers."""
+        await never.wait()
+        return "never"
+
+    @tool
+    async def quick(x: int) -> int:
+        """Answer at once."""
+        return x
+
+    runtime = await make_runtime(tools=[stuck, quick])
+    result = await runtime.run(
+        "import asyncio\n"
+        "results = await asyncio.gather(\n"
+        "    *[quick(x=i) for i in range(20)], stuck(), *[quick(x=i) for i in range(20)],\n"
+        "    return_exceptions=True,\n"
+        ")\n"
+        "[type(r).__name__ if isinstance(r, Exception) else r for r in results]"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == repr([*range(20), "ToolTimeout", *range(20)])
+    [record] = [record for record in result.calls.records if record.tool == "stuck"]
+    assert (record.fate, record.cause) == ("pending", "tool_timeout")
+
+
+async def test_a_handler_that_raises_cancelled_error_itself_is_an_error_not_a_hang(
+    make_runtime: MakeRuntime,
+) -> None:
+    @tool
+    async def gives_up_at_once() -> str:
+        """Raises CancelledError in its first step."""
+        raise asyncio.CancelledError
+
+    @tool
+    async def gives_up_later() -> str:
+        """Awaits a task that someone else cancels."""
+        inner = asyncio.get_running_loop().create_task(asyncio.sleep(3600))
+        asyncio.get_running_loop().call_soon(inner.cancel)
+        await inner
+        return "never"
+
+    @tool
+    async def quick(x: int) -> int:
+        """Answer at once."""
+        return x
+
+    runtime = await make_runtime(tools=[gives_up_at_once, gives_up_later, quick])
+    result = await runtime.run(
+        "import asyncio\n"
+        "results = await asyncio.gather(\n"
+        "    quick(x=1), gives_up_at_once(), quick(x=2), gives_up_later(), quick(x=3),\n"
+        "    return_exceptions=True,\n"
+        ")\n"
+        "[str(r) if isinstance(r, Exception) else r for r in results]",
+        time_limit=20,
+    )
+    assert result.status == "ok", result.text
+    values = eval(result.value or "[]")
+    assert values[0::2] == [1, 2, 3]
+    assert "gives_up_at_once: the tool's handler was cancelled" in values[1]
+    assert "gives_up_later: the tool's handler was cancelled" in values[3]
+    assert result.calls.by_fate == {"seen": 5}  # return_exceptions: the errors were taken
+
+
+async def test_closing_the_runtime_cancels_a_burst_still_waiting(
+    make_runtime: MakeRuntime,
+) -> None:
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    @tool
+    async def hang(x: int) -> int:
+        """Wait until cancelled."""
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return x
+
+    runtime = await make_runtime(tools=[hang])
+    shell = runtime.shell("burst")
+    run = asyncio.create_task(
+        shell.run("import asyncio\nawait asyncio.gather(*[hang(x=i) for i in range(10)])")
+    )
+    await started.wait()
+    await runtime.aclose()
+    assert cancelled.is_set()
+    result = await run
+    assert result.status != "ok"
