@@ -29,7 +29,8 @@ def brief(value: object, limit: int = 120) -> str:
     `title='Bug', labels=['a', 'b']`. Long strings and containers are cut with their size
     stated (`… 9,998 more`). Never raises.
     """
-    limit = max(limit, 8)
+    if limit < 8:
+        limit = 8
     quick = _quick(value, limit)
     if quick is not None:
         return quick
@@ -43,6 +44,9 @@ def brief(value: object, limit: int = 120) -> str:
 
 
 _PLAIN = (bool, float, type(None))
+_str_repr = str.__repr__
+_int_repr = int.__repr__
+_INT_QUICK = 2**62
 
 
 def _quick(value: object, limit: int) -> str | None:
@@ -53,38 +57,40 @@ def _quick(value: object, limit: int) -> str | None:
     work. The result is the same text the walk gives.
     """
     kind = type(value)
-    if kind is dict:
-        if len(value) > 6:  # type: ignore[arg-type]
+    quick = _quick_dict(value, limit) if kind is dict else _quick_scalar(value, kind)
+    return quick if quick is not None and len(quick) <= limit else None
+
+
+def _quick_dict(value: Any, limit: int) -> str | None:
+    if len(value) > 6:
+        return None
+    parts = []
+    size = 0
+    for key, item in value.items():
+        if type(key) is not str or not key.isidentifier():
             return None
-        parts = []
-        size = 0
-        for key, item in value.items():  # type: ignore[attr-defined]
-            if type(key) is not str or not key.isidentifier():
+        kind = type(item)
+        if kind is int and -_INT_QUICK < item < _INT_QUICK:
+            text = _int_repr(item)
+        elif kind is str and len(item) <= 40:
+            text = _str_repr(item)
+        else:
+            quick = _quick_scalar(item, kind)
+            if quick is None:
                 return None
-            text = _quick_scalar(item)
-            if text is None:
-                return None
-            size += len(key) + len(text) + 3
-            if size > limit:
-                return None
-            parts.append(f"{key}={text}")
-        return ", ".join(parts)
-    text = _quick_scalar(value)
-    if text is not None and len(text) <= limit:
-        return text
-    return None
+            text = quick
+        size += len(key) + len(text) + 3
+        if size > limit:
+            return None
+        parts.append(f"{key}={text}")
+    return ", ".join(parts)
 
 
-def _quick_scalar(value: object) -> str | None:
-    kind = type(value)
+def _quick_scalar(value: Any, kind: type) -> str | None:
     if kind is str:
-        if len(value) > 40:  # type: ignore[arg-type]
-            return None
-        return str.__repr__(value)
+        return _str_repr(value) if len(value) <= 40 else None
     if kind is int:
-        if not -(2**62) < value < 2**62:  # type: ignore[operator]
-            return None
-        return int.__repr__(value)
+        return _int_repr(value) if -_INT_QUICK < value < _INT_QUICK else None
     if kind in _PLAIN:
         return repr(value)
     return None
