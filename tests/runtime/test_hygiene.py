@@ -137,3 +137,17 @@ async def test_the_interpreter_holds_no_descriptor_of_the_host(runtime: Runtime)
     kinds = ast.literal_eval(result.value or "[]")
     assert len(kinds) == 3 + 1 + 2 + 1, kinds  # 0-2, epoll, the wake-up pair, the channel
     assert kinds.count("socket") in (3, 5), kinds  # 5 when a host on uvloop made stdio sockets
+
+
+@pytest.mark.timeout(30)
+async def test_what_a_kernel_loaded_before_the_script_is_out_of_the_collectors_way(
+    runtime: Runtime,
+) -> None:
+    # A full collection in a busy script should walk the script's objects only: the first
+    # kernel freezes what it loaded, and later ones are forked from a frozen template.
+    script = "import gc\n(gc.get_freeze_count(), len(gc.get_objects()))"
+    for shell in ("first", "second", "third"):
+        result = await runtime.shell(shell).run(script)
+        assert result.status == "ok", result.text
+        frozen, tracked = ast.literal_eval(result.value or "()")
+        assert frozen > 5_000 and tracked < frozen, (shell, frozen, tracked)

@@ -7,6 +7,7 @@ Python needs nothing of toolscript installed.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import itertools
 import json
@@ -78,6 +79,10 @@ def main(argv: list[str]) -> None:
             importlib.import_module(str(name))
         except BaseException as error:  # a preload failure is said, not fatal
             print(f"toolscript: preload {name!r} failed: {error!r}", file=sys.stderr)
+    # What the kernel loaded to get here lives as long as it does: out of the collector's
+    # way (as in a forked kernel, whose template froze it), so that a full collection in a
+    # busy script walks the script's objects, not the standard library's.
+    gc.freeze()
     Kernel(channel).serve()
 
 
