@@ -547,3 +547,28 @@ def test_any_schemas_give_plans_with_unique_valid_spellings_and_stubs_that_match
     assert [key for key, _ in bound.failures] == [p["key"] for p in plans if "error" in p]
     for live, stub in live_and_stub(plans, bound):
         assert inspect.signature(live) == inspect.signature(stub)
+
+
+@pytest.mark.parametrize("optional", [False, True])
+def test_parameters_named_like_the_kernels_own_names_are_passed_as_they_are(
+    optional: bool,
+) -> None:
+    # A tool whose arguments are all required calls `invoke` with its key straight from the
+    # function; the names it uses for both step around the tool's own parameters.
+    names = ["_send", "_sendkey", "_send_", "_send_key", "key"]
+    plans = plans_for(
+        [
+            spec(
+                "send",
+                {name: {"type": "integer"} for name in names},
+                required=names[:-1] if optional else names,
+                server=None,
+            )
+        ]
+    )
+    invoke = FakeInvoke()
+    bound = bind(plans, invoke)
+    function = bound.top_level["send"]
+    assert list(inspect.signature(function).parameters)[:5] == names
+    assert run(function(**{name: i for i, name in enumerate(names)})) == "answered"
+    assert invoke.calls == [(plans[0]["key"], {name: i for i, name in enumerate(names)}, None)]

@@ -173,7 +173,7 @@ def _build(plan: Mapping[str, Any], invoke: Invoke, annotations: dict[str, Any])
         raise _Unbuildable("two of its parameters have the same spelling")
 
     send_name = "_send"
-    while send_name in own or send_name == name:
+    while {send_name, f"{send_name}key"} & {*own, name}:
         send_name += "_"
     scope: dict[str, Any] = {"__builtins__": __builtins__}
     defaults: dict[str, object] = {}
@@ -190,12 +190,17 @@ def _build(plan: Mapping[str, Any], invoke: Invoke, annotations: dict[str, Any])
     values = ", ".join(
         f"{original!r}: {spelling}" for original, spelling in zip(originals, spellings, strict=True)
     )
-    source = (
-        f"async def {name}(*, {', '.join(signature)}):\n"
-        f"    return await {send_name}({{{values}}}, {catch_all or '{}'}, {timeout})\n"
-    )
     qualname = name if namespace is None else f"{namespace}.{name}"
-    scope[send_name] = _sender(key, qualname, defaults, invoke)
+    if defaults or catch_all:
+        scope[send_name] = _sender(key, qualname, defaults, invoke)
+        call = f"{send_name}({{{values}}}, {catch_all or '{}'}, {timeout})"
+    else:
+        # Every argument is required and none is extra: nothing to sort out, so the call
+        # goes to `invoke` itself, without a function in between (one per call saved).
+        scope[send_name] = invoke
+        scope[f"{send_name}key"] = key
+        call = f"{send_name}({send_name}key, {{{values}}}, {timeout})"
+    source = f"async def {name}(*, {', '.join(signature)}):\n    return await {call}\n"
     exec(compile(source, f"<tool {qualname}>", "exec", dont_inherit=True), scope)
     function = scope[name]
     function.__qualname__ = qualname
