@@ -185,3 +185,43 @@ async def test_closing_the_runtime_cancels_a_burst_still_waiting(
     assert cancelled.is_set()
     result = await run
     assert result.status != "ok"
+
+
+async def test_a_script_may_put_the_kernels_loop_in_debug_mode(make_runtime: MakeRuntime) -> None:
+    # The kernel's loop makes callbacks its own quicker way; in debug mode asyncio's own code
+    # makes them, with its checks and their tracebacks.
+    runtime = await make_runtime(tools=[mark])
+    result = await runtime.run(
+        "import asyncio\n"
+        "loop = asyncio.get_running_loop()\n"
+        "loop.set_debug(True)\n"
+        "handle = loop.call_soon(print, 'called')\n"
+        "quick = await asyncio.gather(*[mark(x=i) for i in range(20)])\n"
+        "loop.set_debug(False)\n"
+        "(quick, handle._source_traceback is not None, type(handle).__name__)"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == repr(([None] * 20, True, "Handle"))
+    assert result.stdout == "called\n"
+
+
+async def test_callbacks_run_in_order_in_the_context_they_were_given(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime()
+    result = await runtime.run(
+        "import asyncio, contextvars\n"
+        "var = contextvars.ContextVar('var', default='outside')\n"
+        "seen = []\n"
+        "loop = asyncio.get_running_loop()\n"
+        "context = contextvars.copy_context()\n"
+        "context.run(var.set, 'given')\n"
+        "loop.call_soon(lambda: seen.append(('first', var.get())))\n"
+        "loop.call_soon(lambda: seen.append(('second', var.get())), context=context)\n"
+        "cancelled = loop.call_soon(lambda: seen.append('cancelled'))\n"
+        "cancelled.cancel()\n"
+        "await asyncio.sleep(0)\n"
+        "seen"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == repr([("first", "outside"), ("second", "given")])

@@ -32,7 +32,7 @@ from typing import Any
 
 from .brief import brief
 from .content import from_wire
-from .wire import encode
+from .wire import encode, encode_call
 
 
 class ToolError(Exception):
@@ -74,15 +74,17 @@ class ScriptTask(asyncio.Task[Any]):
 
     _toolscript_held: list[int] | None = None
 
+    # asyncio's own methods, called straight: `super()` costs each call another lookup,
+    # and `gather` asks every child for its exception twice and its result once.
     def result(self) -> Any:
         try:
-            return super().result()
+            return _task_result(self)
         finally:
             if self._toolscript_held and self.done() and not self.cancelled():
                 self._toolscript_taken()
 
     def exception(self) -> BaseException | None:
-        error = super().exception()
+        error = _task_exception(self)
         if error is not None and self._toolscript_held:
             self._toolscript_taken()
         return error
@@ -104,6 +106,8 @@ class ScriptTask(asyncio.Task[Any]):
 
 
 _table: CallTable | None = None
+_task_result = asyncio.Task.result
+_task_exception = asyncio.Task.exception
 
 
 class CallTable:
@@ -152,20 +156,24 @@ class CallTable:
         caller = sys._getframe(1)
         task = asyncio.current_task(loop)
         n = next(self._numbers)
-        message: dict[str, Any] = {
-            "t": "call",
-            "n": n,
-            "tool": key,
-            "args": args,
-            "script": self._script_id(),
-        }
         acks = self._acks
-        if acks and loop is self._loop:
-            # Acknowledgements still waiting travel in the call's own frame: one frame and one
-            # wake-up of the host for both.
-            message["acks"] = acks
+        carried = bool(acks) and loop is self._loop
         try:
-            frame = encode(message)
+            if carried:
+                # Acknowledgements still waiting travel in the call's own frame: one frame
+                # and one wake-up of the host for both.
+                frame = encode(
+                    {
+                        "t": "call",
+                        "n": n,
+                        "tool": key,
+                        "args": args,
+                        "script": self._script_id(),
+                        "acks": acks,
+                    }
+                )
+            else:
+                frame = encode_call(n, key, args, self._script_id())
         except (TypeError, ValueError, RecursionError, MemoryError) as error:
             reason = f"its arguments cannot be sent as JSON ({type(error).__name__}: {error})"
             self._post(
@@ -181,7 +189,7 @@ class CallTable:
                 )
             )
             raise ToolError(f"{key}: the call was not sent: {reason}") from None
-        if "acks" in message:
+        if carried:
             self._acks = []
         future: asyncio.Future[Any] = loop.create_future()
         call = _Call(n, loop, future)

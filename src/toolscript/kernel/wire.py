@@ -49,6 +49,24 @@ _make_scanner: Any = json.scanner.make_scanner
 _scan: Any = _make_scanner(json.JSONDecoder())
 
 
+_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
+def encode_call(n: int, tool: str, args: dict[str, Any], script: str | None) -> bytes:
+    """The frame of a tool call: the same bytes as `encode` of `{"t": "call", "n": n, "tool":
+    tool, "args": args, "script": script}`, with only `args` through the encoder (a call's
+    frame is most of the kernel's encoding, and its other fields are two strings and an int).
+    Raises as `encode` does."""
+    if _encoder is None or type(n) is not int:
+        return encode({"t": "call", "n": n, "tool": tool, "args": args, "script": script})
+    body = (
+        f'{{"t": "call", "n": {n}, "tool": {_string(tool)}, "args": '
+        f'{"".join(_encoder(args, 0))}, "script": '
+        f"{'null' if script is None else _string(script)}}}"
+    ).encode("ascii")
+    return _pack(len(body)) + body
+
+
 class FrameError(Exception):
     """The peer sent bytes that are not a valid frame. The connection cannot be trusted after it."""
 
