@@ -324,20 +324,30 @@ class CallLedger:
 
     def answered(self, n: int, is_error: bool, value: Any, host_cause: str | None = None) -> None:
         """The handler answered, or the host gave up on it (`host_cause`)."""
-        call = self._calls.get(n)
-        if call is None:
-            return
         if host_cause is not None:
-            call.host_cause = host_cause
+            call = self._calls.get(n)
+            if call is not None:
+                call.host_cause = host_cause
             return
-        call.answered_at = time.time()
-        call.is_error = is_error
-        call.answer_brief = brief(value)
-        self._journal.record_answers(
-            [CallAnswer(call.id, call.answered_at, is_error, call.answer_brief)]
-        )
-        if call.folded:
-            del self._calls[n]
+        self.answered_all([(n, is_error, value)])
+
+    def answered_all(self, answers: Iterable[tuple[int, bool, Any]]) -> None:
+        """Handlers answered: `(n, is_error, value)` each, journaled together."""
+        now = time.time()
+        rows: list[CallAnswer] = []
+        calls = self._calls
+        for n, is_error, value in answers:
+            call = calls.get(n)
+            if call is None:
+                continue
+            call.answered_at = now
+            call.is_error = is_error
+            call.answer_brief = text = brief(value)
+            rows.append(CallAnswer(call.id, now, is_error, text))
+            if call.folded:
+                del calls[n]
+        if rows:
+            self._journal.record_answers(rows)
 
     def acknowledged(self, acks: Iterable[Any]) -> None:
         """The kernel's word on calls: `[n, "seen"]` or `[n, "unwaited", cause, arrived]`."""
@@ -351,13 +361,14 @@ class CallLedger:
                     continue
                 if ack[1] == "seen":
                     call.kernel_seen = True
-                    tally = self._open_tally(ack[0])
+                    n = ack[0]
+                    tally = self._open_tally(n)
                     if tally is not None and not call.refused and call.host_cause is None:
-                        del tally.open[ack[0]]
+                        del tally.open[n]
                         tally.fold(call, "seen", None)
                         seen.append(CallFate(call.id, "seen", None))
                         if call.answered_at is not None:
-                            del self._calls[ack[0]]
+                            del self._calls[n]
                 elif ack[1] == "unwaited" and len(ack) >= 4:
                     call.unwaited = (str(ack[2]), bool(ack[3]))
                 else:

@@ -48,6 +48,9 @@ _EAGER = sys.version_info >= (3, 12)
 """Whether tasks can run their first step at once (`eager_start`, Python 3.12)."""
 _EAGER_START: dict[str, Any] = {"eager_start": True}
 
+_HOST_CAUSES = ("tool_timeout", "source_gone")
+"""The answers that are the host's own word that it gave up, not the handler's."""
+
 PIPE_READ_SIZE = 64 * 1024
 """Bytes read from an output pipe at a time."""
 
@@ -599,6 +602,7 @@ class Interpreter:
         its first step (a timeout, a cancel scope) is tied to the task that goes on running
         it. The calls after it go on in a new task, at once.
         """
+        answered: list[tuple[int, Answer]] = []  # journaled and sent together
         try:
             for i in range(start, len(todo)):
                 n, key, args = todo[i]
@@ -607,14 +611,16 @@ class Interpreter:
                 try:
                     waiting = context.run(steps.send, None)
                 except StopIteration as stop:
-                    self._answered_safely(n, stop.value)
+                    answered.append((n, stop.value))
                     continue
                 except asyncio.CancelledError:
                     # Nothing cancelled this task mid-step: the handler raised it itself.
-                    self._answered_safely(n, _cancelled_itself(key))
+                    answered.append((n, _cancelled_itself(key)))
                     continue
                 if i + 1 < len(todo):
                     self._answer_soon(todo, i + 1, eager=False)
+                self._answered_all(answered)
+                answered = []
                 try:
                     answer = await _go_on(context, steps, waiting)
                 except asyncio.CancelledError:
@@ -625,24 +631,25 @@ class Interpreter:
                 self._answered(n, answer)
                 return
         finally:
+            if answered:
+                self._answered_all(answered)
             # Not a done callback: that would cost every call another pass of the loop.
             self._tasks.discard(asyncio.current_task(self._loop))
 
-    def _answered_safely(self, n: int, answer: Answer) -> None:
-        """`_answered`, where a failure must not keep the batch's later calls from running."""
-        try:
-            self._answered(n, answer)
-        except Exception as error:
-            self._loop.call_exception_handler(
-                {"message": f"answering call {n} failed", "exception": error}
-            )
+    def _answered_all(self, answers: list[tuple[int, Answer]]) -> None:
+        """Journal handlers' answers, then send them."""
+        self.ledger.answered_all(
+            (n, answer.kind != "value", answer.value)
+            for n, answer in answers
+            if answer.kind not in _HOST_CAUSES
+        )
+        for n, answer in answers:
+            if answer.kind in _HOST_CAUSES:
+                self.ledger.answered(n, True, None, host_cause=answer.kind)
+            self.send(answer.to_frame(n))
 
     def _answered(self, n: int, answer: Answer) -> None:
-        if answer.kind in ("tool_timeout", "source_gone"):
-            self.ledger.answered(n, True, None, host_cause=answer.kind)
-        else:
-            self.ledger.answered(n, answer.kind != "value", answer.value)
-        self.send(answer.to_frame(n))
+        self._answered_all([(n, answer)])
 
     def _broke(self, reason: str) -> None:
         if self.fault is not None:
