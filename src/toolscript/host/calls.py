@@ -25,7 +25,7 @@ from dataclasses import FrozenInstanceError, dataclass
 from typing import Any
 
 from ..kernel.brief import brief
-from .journal import CallAnswer, CallFate, CallStart, Journal
+from .journal import AnswerRow, FateRow, Journal, StartRow
 
 MAX_RECORDS = 1000
 """How many calls one result lists one by one; the rest are counted by tool."""
@@ -280,7 +280,7 @@ class CallLedger:
         Returns `(n, call, args)` for each call to dispatch; refused ones are settled here.
         Raises `ValueError` for a frame that is not a well-formed call (a protocol fault).
         """
-        starts: list[CallStart] = []
+        starts: list[StartRow] = []
         todo: list[tuple[int, _Call, dict[str, Any]]] = []
         for frame in frames:
             n = frame.get("n")
@@ -302,16 +302,14 @@ class CallLedger:
             call.before_start = tally is self._between
             tally.made += 1
             tally.open[n] = call
-            starts.append(
-                CallStart(call.id, script_id, self._shell, tool, args_brief, call.made_at)
-            )
+            starts.append((call.id, script_id, self._shell, tool, args_brief, call.made_at))
             if refused is not None:
                 call.refused = True
                 call.answer_brief = str(refused)
             else:
                 assert type(args) is dict
                 todo.append((n, call, args))
-        self._journal.record_calls(starts)
+        self._journal.record_call_rows(starts)
         return todo
 
     def refuse(self, n: int, reason: str) -> None:
@@ -334,7 +332,7 @@ class CallLedger:
     def answered_all(self, answers: Iterable[tuple[int, bool, Any]]) -> None:
         """Handlers answered: `(n, is_error, value)` each, journaled together."""
         now = time.time()
-        rows: list[CallAnswer] = []
+        rows: list[AnswerRow] = []
         calls = self._calls
         for n, is_error, value in answers:
             call = calls.get(n)
@@ -343,15 +341,15 @@ class CallLedger:
             call.answered_at = now
             call.is_error = is_error
             call.answer_brief = text = brief(value)
-            rows.append(CallAnswer(call.id, now, is_error, text))
+            rows.append((call.id, now, is_error, text))
             if call.folded:
                 del calls[n]
         if rows:
-            self._journal.record_answers(rows)
+            self._journal.record_answer_rows(rows)
 
     def acknowledged(self, acks: Iterable[Any]) -> None:
         """The kernel's word on calls: `[n, "seen"]` or `[n, "unwaited", cause, arrived]`."""
-        seen: list[CallFate] = []  # journaled together: one buffer lock for a gather's acks
+        seen: list[FateRow] = []  # journaled together: one buffer lock for a gather's acks
         try:
             for ack in acks:
                 if type(ack) is not list or len(ack) < 2:
@@ -366,7 +364,7 @@ class CallLedger:
                     if tally is not None and not call.refused and call.host_cause is None:
                         del tally.open[n]
                         tally.fold(call, "seen", None)
-                        seen.append(CallFate(call.id, "seen", None))
+                        seen.append((call.id, "seen", None))
                         if call.answered_at is not None:
                             del self._calls[n]
                 elif ack[1] == "unwaited" and len(ack) >= 4:
@@ -375,7 +373,7 @@ class CallLedger:
                     raise ValueError("an acknowledgement of an unknown kind")
         finally:
             if seen:
-                self._journal.settle_calls(seen)
+                self._journal.settle_call_rows(seen)
 
     def settle(self, interpreter_gone: bool) -> CallReport:
         """Close the running script's report: every call it made gets its fate now."""
@@ -384,15 +382,15 @@ class CallLedger:
             self._tally = None
             self._script = None
             return CallReport()  # the common case of a script that called no tool
-        fates: list[CallFate] = []
+        fates: list[FateRow] = []
         for n, call in list(tally.open.items()):
             fate, cause = _fate(call, interpreter_gone)
             tally.fold(call, fate, cause)
-            fates.append(CallFate(call.id, fate, cause))
+            fates.append((call.id, fate, cause))
             if fate != "pending" or call.host_cause is not None:
                 self._calls.pop(n, None)  # nothing more can come that the journal needs
         if fates:
-            self._journal.settle_calls(fates)
+            self._journal.settle_call_rows(fates)
         self._tally = None
         self._script = None
         order = {fate: i for i, fate in enumerate(FATES)}

@@ -142,6 +142,23 @@ class CallFate:
     cause: str | None
 
 
+StartRow = tuple[str, "str | None", str, str, str, float]
+"""A `CallStart`'s fields in order: what the host's hot path records (see `record_call_rows`)."""
+AnswerRow = tuple[str, float, bool, str]
+"""A `CallAnswer`'s fields in order."""
+FateRow = tuple[str, str, "str | None"]
+"""A `CallFate`'s fields in order."""
+
+# Goal: journaling costs the host's event loop as little as it can, and the buffer holds up
+# to FLUSH_INTERVAL worth of calls. What fails: an object per record (a slotted dataclass,
+# 0.5 µs to make, three per call), which the collector also tracks: a gather's thousand
+# calls leave three thousand in the buffer, old enough by the flush to be walked by the
+# collector's older generations, and their count brings its full collections sooner (tens
+# of ms each in a host with a big heap). What we do: the host records plain tuples of
+# strings and numbers (`record_call_rows` and the two like it), which the collector stops
+# tracking at its first look; the dataclasses stay the public way in.
+
+
 @dataclass(frozen=True, slots=True)
 class JournalCall:
     """One call as the journal knows it.
@@ -322,9 +339,9 @@ class _Buffer:
     """What was recorded and is not yet in SQLite, in order within each kind."""
 
     scripts: list[tuple[str, str, int, str, float]] = field(default_factory=list)
-    starts: list[CallStart] = field(default_factory=list)
-    answers: list[CallAnswer] = field(default_factory=list)
-    fates: list[CallFate] = field(default_factory=list)
+    starts: list[StartRow] = field(default_factory=list)
+    answers: list[AnswerRow] = field(default_factory=list)
+    fates: list[FateRow] = field(default_factory=list)
     ends: list[tuple[str, float, str]] = field(default_factory=list)
 
 
@@ -472,26 +489,30 @@ class Journal:
         `call_id` that this journal holds for a call still open (not yet answered and
         settled) raises `ValueError`, and nothing of the batch is written.
         """
-        if not calls:
+        self.record_call_rows([_call_fields(call) for call in calls])
+
+    def record_call_rows(self, rows: Sequence[StartRow]) -> None:
+        """`record_calls`, each call given as its fields in `CallStart`'s order."""
+        if not rows:
             return
         intents = self._intents
-        line = b"" if intents is None else _call_line(self._sequence, calls)
+        line = b"" if intents is None else _call_line(self._sequence, rows)
         unwritten = self._unwritten
         open_rows = self._open_rows
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
-            if len(calls) == 1:
-                call_id = calls[0].call_id
+            if len(rows) == 1:
+                call_id = rows[0][0]
                 if call_id in unwritten or call_id in open_rows:
                     raise _repeated_call_id()
                 if intents is not None:
                     intents.append(line)
                 unwritten.add(call_id)
             else:
-                ids = {call.call_id for call in calls}
+                ids = {row[0] for row in rows}
                 if (
-                    len(ids) != len(calls)
+                    len(ids) != len(rows)
                     or not unwritten.isdisjoint(ids)
                     or not open_rows.keys().isdisjoint(ids)
                 ):
@@ -499,7 +520,7 @@ class Journal:
                 if intents is not None:
                     intents.append(line)
                 unwritten.update(ids)
-            self._buffer.starts.extend(calls)
+            self._buffer.starts.extend(rows)
             if not self._filled:
                 self._fill()
 
@@ -511,6 +532,12 @@ class Journal:
         uncertain, since its effect is known now. Answers to call ids this host never
         recorded are ignored.
         """
+        self.record_answer_rows(
+            [(a.call_id, a.answered_at, a.is_error, a.answer_brief) for a in answers]
+        )
+
+    def record_answer_rows(self, answers: Sequence[AnswerRow]) -> None:
+        """`record_answers`, each answer given as its fields in `CallAnswer`'s order."""
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
@@ -523,6 +550,10 @@ class Journal:
 
         A call settled `pending` with no answer becomes uncertain (`pending_at_settle`).
         """
+        self.settle_call_rows([(f.call_id, f.fate, f.cause) for f in fates])
+
+    def settle_call_rows(self, fates: Sequence[FateRow]) -> None:
+        """`settle_calls`, each fate given as its fields in `CallFate`'s order."""
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
@@ -759,49 +790,47 @@ class Journal:
         if taken.starts:
             first = db.execute(_LAST_CALL).fetchone()[0] + 1
             for i, call in enumerate(taken.starts):
-                new_rows[call.call_id] = first + i
-                fresh[call.call_id] = [first + i, host_id, *_call_fields(call), *_NO_END]
+                new_rows[call[0]] = first + i
+                fresh[call[0]] = [first + i, host_id, *call, *_NO_END]
         open_rows = self._open_rows
         states: dict[str, int] = {}
         answer_rows = []
-        for answer in taken.answers:
-            call_id = answer.call_id
+        for call_id, answered_at, is_error, answer_brief in taken.answers:
             whole = fresh.get(call_id)
             if whole is not None:  # made in this batch: known to this batch alone
                 state = states.get(call_id, _OPEN)
                 if state == _CLOSED:
                     continue
-                whole[_ANSWERED_AT] = answer.answered_at
-                whole[_IS_ERROR] = answer.is_error
-                whole[_ANSWER_BRIEF] = answer.answer_brief
+                whole[_ANSWERED_AT] = answered_at
+                whole[_IS_ERROR] = is_error
+                whole[_ANSWER_BRIEF] = answer_brief
                 whole[_UNCERTAIN] = None
             else:
                 row = open_rows.get(call_id)
                 state = self._state(states, call_id)
                 if row is None or state == _CLOSED:
                     continue
-                answer_rows.append((answer.answered_at, answer.is_error, answer.answer_brief, row))
+                answer_rows.append((answered_at, is_error, answer_brief, row))
             states[call_id] = _CLOSED if state == _PENDING else _ANSWERED
         rows_by_fate: dict[tuple[str, str | None], list[int]] = {}
-        for settled in taken.fates:
-            call_id = settled.call_id
+        for call_id, fate, cause in taken.fates:
             whole = fresh.get(call_id)
             if whole is not None:
                 state = states.get(call_id, _OPEN)
                 if state == _CLOSED:
                     continue
                 # As _SETTLE_CALL would: uncertain only if settled pending with no answer.
-                whole[_FATE] = settled.fate
-                whole[_CAUSE] = settled.cause
-                unanswered = settled.fate == "pending" and whole[_ANSWERED_AT] is None
+                whole[_FATE] = fate
+                whole[_CAUSE] = cause
+                unanswered = fate == "pending" and whole[_ANSWERED_AT] is None
                 whole[_UNCERTAIN] = "pending_at_settle" if unanswered else None
             else:
                 row = open_rows.get(call_id)
                 state = self._state(states, call_id)
                 if row is None or state == _CLOSED:
                     continue
-                rows_by_fate.setdefault((settled.fate, settled.cause), []).append(row)
-            if state == _ANSWERED or settled.fate != "pending":
+                rows_by_fate.setdefault((fate, cause), []).append(row)
+            if state == _ANSWERED or fate != "pending":
                 states[call_id] = _CLOSED
             else:
                 states[call_id] = _PENDING
@@ -1116,7 +1145,7 @@ def _storable(text: str) -> str:
     return text
 
 
-def _call_fields(call: CallStart) -> tuple[str, str | None, str, str, str, float]:
+def _call_fields(call: CallStart) -> StartRow:
     """A call's columns after `host_id`, as `_INSERT_CALL` takes them and intent lines hold them."""
     return (call.call_id, call.script_id, call.shell, call.tool, call.args_brief, call.made_at)
 
@@ -1128,10 +1157,8 @@ def _call_fields(call: CallStart) -> tuple[str, str | None, str, str, str, float
 # each in allocation (measured), ten times the encoding.
 
 
-def _call_line(sequence: Iterator[int], calls: Sequence[CallStart]) -> bytes:
-    return orjson.dumps(
-        [(next(sequence), "c", *_call_fields(call)) for call in calls], option=_LINE
-    )
+def _call_line(sequence: Iterator[int], rows: Sequence[StartRow]) -> bytes:
+    return orjson.dumps([(next(sequence), "c", *row) for row in rows], option=_LINE)
 
 
 def _script_line(n: int, script: tuple[str, str, int, str, float]) -> bytes:
