@@ -76,6 +76,14 @@ HOSTILE_PAYLOADS = {
         {"t": "call", "n": 74, "tool": "nothing", "args": {}}
     )
     + frame({"t": "call", "n": 75, "tool": "nothing", "args": {}, "acks": [[74, "maybe"]]}),
+    "a seen list that is a number": frame({"t": "ack", "seen": 5}),
+    "a seen list holding a list": frame({"t": "ack", "seen": [[1]]}),
+    "a seen list holding a string": frame({"t": "ack", "seen": ["1"]}),
+    "a seen list that is a string": frame({"t": "ack", "seen": "12"}),
+    "a seen list holding a boolean": frame({"t": "ack", "seen": [True]}),
+    "a call carrying a seen list of strings": frame(
+        {"t": "call", "n": 73, "tool": "measure", "args": {}, "seen": ["x"]}
+    ),
 }
 
 

@@ -347,33 +347,42 @@ class CallLedger:
         if rows:
             self._journal.record_answer_rows(rows)
 
-    def acknowledged(self, acks: Iterable[Any]) -> None:
-        """The kernel's word on calls: `[n, "seen"]` or `[n, "unwaited", cause, arrived]`."""
-        seen: list[FateRow] = []  # journaled together: one buffer lock for a gather's acks
+    def acknowledged(self, acks: Iterable[Any] = (), seen: Iterable[Any] = ()) -> None:
+        """The kernel's word on calls: `seen` holds the numbers of calls whose answer code
+        took; each of `acks` is `[n, "unwaited", cause, arrived]` (or `[n, "seen"]`)."""
+        fates: list[FateRow] = []  # journaled together: one buffer lock for a gather's acks
         try:
+            for n in seen:
+                if type(n) is not int:
+                    raise ValueError("a 'seen' acknowledgement that is not a call number")
+                self._seen(n, fates)
             for ack in acks:
                 if type(ack) is not list or len(ack) < 2:
                     raise ValueError("an acknowledgement that is not a list of at least two items")
-                call = self._calls.get(ack[0])
-                if call is None:
-                    continue
                 if ack[1] == "seen":
-                    call.kernel_seen = True
-                    n = ack[0]
-                    tally = self._open_tally(n)
-                    if tally is not None and not call.refused and call.host_cause is None:
-                        del tally.open[n]
-                        tally.fold(call, "seen", None)
-                        seen.append((call.id, "seen", None))
-                        if call.answered_at is not None:
-                            del self._calls[n]
+                    self._seen(ack[0], fates)
                 elif ack[1] == "unwaited" and len(ack) >= 4:
-                    call.unwaited = (str(ack[2]), bool(ack[3]))
+                    call = self._calls.get(ack[0])
+                    if call is not None:
+                        call.unwaited = (str(ack[2]), bool(ack[3]))
                 else:
                     raise ValueError("an acknowledgement of an unknown kind")
         finally:
-            if seen:
-                self._journal.settle_call_rows(seen)
+            if fates:
+                self._journal.settle_call_rows(fates)
+
+    def _seen(self, n: int, fates: list[FateRow]) -> None:
+        call = self._calls.get(n)
+        if call is None:
+            return
+        call.kernel_seen = True
+        tally = self._open_tally(n)
+        if tally is not None and not call.refused and call.host_cause is None:
+            del tally.open[n]
+            tally.fold(call, "seen", None)
+            fates.append((call.id, "seen", None))
+            if call.answered_at is not None:
+                del self._calls[n]
 
     def settle(self, interpreter_gone: bool) -> CallReport:
         """Close the running script's report: every call it made gets its fate now."""

@@ -536,21 +536,20 @@ class Interpreter:
         for message in messages:
             kind = message.get("t")
             if kind == "call":
-                acks = message.get("acks")
-                if acks is not None:
+                if "acks" in message or "seen" in message:
                     # The kernel's word on earlier calls, carried along: those calls may be
                     # in this very batch, so they are registered first.
                     if calls:
                         self._dispatch(calls)
                         calls = []
-                    self.ledger.acknowledged(acks)
+                    self.ledger.acknowledged(message.get("acks", ()), message.get("seen", ()))
                 calls.append(message)
                 continue
             if calls:
                 self._dispatch(calls)
                 calls = []
             if kind == "ack":
-                self.ledger.acknowledged(message["acks"])
+                self.ledger.acknowledged(message.get("acks", ()), message.get("seen", ()))
             elif kind == "done":
                 if self._done is None or message.get("script") != self._script:
                     raise ValueError("a 'done' frame for no running script")

@@ -132,7 +132,8 @@ class CallTable:
         self._stopping = stopping
         self._numbers = itertools.count(1)
         self._waiting: dict[int, _Call] = {}
-        self._acks: list[list[Any]] = []
+        self._acks: list[list[Any]] = []  # [n, "unwaited", cause, arrived] each
+        self._seen: list[int] = []  # the numbers of calls whose answer code took
         self._ack_timer: asyncio.TimerHandle | None = None
         self._other_loops = threading.Lock()
         self.tool_qualnames: frozenset[str] = frozenset()
@@ -156,21 +157,21 @@ class CallTable:
         caller = sys._getframe(1)
         task = asyncio.current_task(loop)
         n = next(self._numbers)
-        acks = self._acks
-        carried = bool(acks) and loop is self._loop
+        carried = bool(self._acks or self._seen) and loop is self._loop
         try:
             if carried:
                 # Acknowledgements still waiting travel in the call's own frame: one frame
                 # and one wake-up of the host for both.
                 frame = encode(
-                    {
-                        "t": "call",
-                        "n": n,
-                        "tool": key,
-                        "args": args,
-                        "script": self._script_id(),
-                        "acks": acks,
-                    }
+                    self._with_acks(
+                        {
+                            "t": "call",
+                            "n": n,
+                            "tool": key,
+                            "args": args,
+                            "script": self._script_id(),
+                        }
+                    )
                 )
             else:
                 frame = encode_call(n, key, args, self._script_id())
@@ -191,6 +192,7 @@ class CallTable:
             raise ToolError(f"{key}: the call was not sent: {reason}") from None
         if carried:
             self._acks = []
+            self._seen = []
         future: asyncio.Future[Any] = loop.create_future()
         call = _Call(n, loop, future)
         call.held_by_task = (
@@ -277,31 +279,48 @@ class CallTable:
         call.arrived = True
         call.future.set_result(answer)
 
+    # A call seen is acknowledged by its number alone, in the frame's `seen` list: a
+    # gather's thousand acknowledgements are one list of numbers, not a thousand lists for
+    # the host to decode, walk and collect. The rarer `unwaited` ones go in `acks`.
     def acknowledge_seen(self, n: int) -> None:
-        self._queue_ack([n, "seen"])
+        if threading.get_ident() == _MAIN_THREAD:
+            self._seen.append(n)
+            self._flush_acks_soon()
+        else:
+            self._post(encode({"t": "ack", "seen": [n]}))
 
     def _unwaited(self, call: _Call, cause: str) -> None:
-        self._queue_ack([call.n, "unwaited", cause, call.arrived])
-
-    def _queue_ack(self, ack: list[Any]) -> None:
+        ack = [call.n, "unwaited", cause, call.arrived]
         if threading.get_ident() == _MAIN_THREAD:
             self._acks.append(ack)
-            if self._ack_timer is None:
-                # Not at the end of this pass of the loop, but a moment later: the script's
-                # next call (which carries them) or its end (which flushes them) usually
-                # comes first, and then no pass of the loop is spent on them alone. One
-                # timer at a time: a call that carries the acknowledgements leaves it be.
-                self._ack_timer = self._loop.call_later(ACK_DELAY, self.flush_acks)
+            self._flush_acks_soon()
         else:
             self._post(encode({"t": "ack", "acks": [ack]}))
+
+    def _flush_acks_soon(self) -> None:
+        if self._ack_timer is None:
+            # Not at the end of this pass of the loop, but a moment later: the script's next
+            # call (which carries them) or its end (which flushes them) usually comes first,
+            # and then no pass of the loop is spent on them alone. One timer at a time: a
+            # call that carries the acknowledgements leaves it be.
+            self._ack_timer = self._loop.call_later(ACK_DELAY, self.flush_acks)
+
+    def _with_acks(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self._acks:
+            message["acks"] = self._acks
+        if self._seen:
+            message["seen"] = self._seen
+        return message
 
     def flush_acks(self) -> None:
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
-        if self._acks:
-            acks, self._acks = self._acks, []
-            self._post(encode({"t": "ack", "acks": acks}))
+        if self._acks or self._seen:
+            frame = encode(self._with_acks({"t": "ack"}))
+            self._acks = []
+            self._seen = []
+            self._post(frame)
 
     def cancel_waiting(self) -> None:
         """Wake every call still waiting on another thread's loop after a stop.
