@@ -302,8 +302,8 @@ _INSERT_WHOLE_CALLS = {
     count: _INSERT_WHOLE_CALL + ", ".join([_WHOLE_CALL_ROW] * count) for count in _ROWS_PER_INSERT
 }
 _NO_END = (None, None, None, None, None, None)
-"""The columns after `made_at` of a call neither answered nor settled."""
-_ANSWERED_AT, _IS_ERROR, _ANSWER_BRIEF, _FATE, _CAUSE, _UNCERTAIN = range(8, 14)
+"""The columns after `made_at` of a call neither answered nor settled: `answered_at`,
+`is_error`, `answer_brief`, `fate`, `cause`, `uncertain_reason`."""
 
 _ANSWER_CALL = (
     "UPDATE calls SET answered_at = ?, is_error = ?, answer_brief = ?, uncertain_reason = NULL "
@@ -786,12 +786,16 @@ class Journal:
                 _INSERT_SCRIPT, [(script[0], host_id, *script[1:]) for script in taken.scripts]
             )
         new_rows: dict[str, int] = {}
-        fresh: dict[str, list[Any]] = {}  # call id -> its row's columns, as _INSERT_WHOLE_CALL
+        # Call id -> the columns after `made_at` of a call made in this batch, replaced as
+        # its answer and fate come (tuples of strings and numbers, which the collector
+        # stops tracking, where lists would be walked by its older generations).
+        fresh: dict[str, tuple[Any, ...]] = {}
+        first = 0
         if taken.starts:
             first = db.execute(_LAST_CALL).fetchone()[0] + 1
             for i, call in enumerate(taken.starts):
                 new_rows[call[0]] = first + i
-                fresh[call[0]] = [first + i, host_id, *call, *_NO_END]
+                fresh[call[0]] = _NO_END
         open_rows = self._open_rows
         states: dict[str, int] = {}
         answer_rows = []
@@ -801,10 +805,7 @@ class Journal:
                 state = states.get(call_id, _OPEN)
                 if state == _CLOSED:
                     continue
-                whole[_ANSWERED_AT] = answered_at
-                whole[_IS_ERROR] = is_error
-                whole[_ANSWER_BRIEF] = answer_brief
-                whole[_UNCERTAIN] = None
+                fresh[call_id] = (answered_at, is_error, answer_brief, whole[3], whole[4], None)
             else:
                 row = open_rows.get(call_id)
                 state = self._state(states, call_id)
@@ -820,10 +821,9 @@ class Journal:
                 if state == _CLOSED:
                     continue
                 # As _SETTLE_CALL would: uncertain only if settled pending with no answer.
-                whole[_FATE] = fate
-                whole[_CAUSE] = cause
-                unanswered = fate == "pending" and whole[_ANSWERED_AT] is None
-                whole[_UNCERTAIN] = "pending_at_settle" if unanswered else None
+                unanswered = fate == "pending" and whole[0] is None
+                uncertain = "pending_at_settle" if unanswered else None
+                fresh[call_id] = (*whole[:3], fate, cause, uncertain)
             else:
                 row = open_rows.get(call_id)
                 state = self._state(states, call_id)
@@ -835,7 +835,13 @@ class Journal:
             else:
                 states[call_id] = _PENDING
         if fresh:
-            _insert_whole_calls(db, list(fresh.values()))
+            _insert_whole_calls(
+                db,
+                [
+                    (first + i, host_id, *call, *fresh[call[0]])
+                    for i, call in enumerate(taken.starts)
+                ],
+            )
         if answer_rows:
             db.executemany(_ANSWER_CALL, answer_rows)
         for (fate, cause), rows in rows_by_fate.items():
@@ -1255,7 +1261,7 @@ def _proc_stat(pid: int) -> tuple[str, str] | None:
     return fields[0], fields[19]
 
 
-def _insert_whole_calls(db: sqlite3.Connection, rows: list[list[Any]]) -> None:
+def _insert_whole_calls(db: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
     """Insert calls whole (`_INSERT_WHOLE_CALL`'s columns), many rows per statement."""
     done = 0
     for size in _ROWS_PER_INSERT:
