@@ -7,8 +7,9 @@ call is validated and dispatched here.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import types
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,67 +72,113 @@ class ToolCatalogue:
 
     async def call(self, key: str, args: dict[str, Any]) -> Answer:
         """Run one call's handler under the tool's timeout. Never raises but for cancellation."""
+        begun = self.begin(key, args)
+        if type(begun) is Answer:
+            return begun
+        assert isinstance(begun, Waiting)
+        return await self.finish(begun)
+
+    def begin(self, key: str, args: dict[str, Any]) -> Answer | Waiting:
+        """Run a call's handler up to its first wait: its `Answer` if it needed none (most
+        Python tools), else where it waits, for `finish` to go on from in the same task.
+
+        The first step runs before any timer: a handler that answers without waiting needs
+        none, and the timer and its bookkeeping cost more than such a handler. (Synchronous
+        code cannot be timed out anyway.) Raises only `CancelledError`, when the handler
+        raises it.
+        """
         spec = self._specs[key]
         timeout = spec.timeout if spec.timeout is not None else self.default_timeout
         try:
-            # The handler's first step runs here, in this task, before any timer: a handler
-            # that answers without waiting (most Python tools) needs none, and the timer and
-            # its bookkeeping cost more than such a handler. (Synchronous code cannot be timed
-            # out anyway.) One that waits finishes under the timeout.
             steps = spec.handler(args).__await__()
-            try:
-                waiting = steps.send(None)
-            except StopIteration as stop:
-                outcome = stop.value
-            else:
-                async with asyncio.timeout(timeout):
-                    outcome = await _resume(steps, waiting)
-        except TimeoutError:
-            return Answer(
-                "tool_timeout",
-                message=(
-                    f"{key} did not answer within its timeout of {timeout:g} s, so the host "
-                    "stopped waiting. The call was sent and may still take effect: check "
-                    "before you repeat it."
-                ),
-            )
-        except SourceGone as error:
-            return Answer(
-                "source_gone",
-                message=(
-                    f"{key}: the server behind this tool stopped while the call was in flight "
-                    f"({error}). The call may have taken effect: check before you repeat it."
-                ),
-            )
-        except ToolFailure as error:
-            return Answer("error", str(error), str(error))
+            waiting = steps.send(None)
+        except StopIteration as stop:
+            return _answer_of(key, stop.value)
         except Exception as error:
-            message = f"{key} failed in the host: {type(error).__name__}: {error}"
-            return Answer("error", message, message)
-        if not isinstance(outcome, ToolOutcome):
-            message = f"{key}'s handler returned {type(outcome).__name__}, not a ToolOutcome"
-            return Answer("error", message, message)
-        if outcome.is_error:
-            return Answer("error", outcome.value, str(outcome.value))
-        return Answer("value", outcome.value)
+            return _answer_to(key, error, timeout)
+        return Waiting(key, steps, waiting, timeout)
+
+    async def finish(self, begun: Waiting, context: contextvars.Context | None = None) -> Answer:
+        """Go on with a handler `begin` left waiting, under the tool's timeout, each step in
+        `context` when given. Never raises but for cancellation."""
+        try:
+            async with asyncio.timeout(begun.timeout):
+                outcome = await _resume(begun.steps, begun.waiting, context)
+        except Exception as error:
+            return _answer_to(begun.key, error, begun.timeout)
+        return _answer_of(begun.key, outcome)
+
+
+@dataclass(slots=True)
+class Waiting:
+    """A handler stepped once by `ToolCatalogue.begin`, now waiting on `waiting`."""
+
+    key: str
+    steps: Generator[Any, None, Any]
+    waiting: Any
+    timeout: float | None
+
+
+def _answer_of(key: str, outcome: object) -> Answer:
+    """The answer a handler's return value makes."""
+    if type(outcome) is not ToolOutcome and not isinstance(outcome, ToolOutcome):
+        message = f"{key}'s handler returned {type(outcome).__name__}, not a ToolOutcome"
+        return Answer("error", message, message)
+    if outcome.is_error:
+        return Answer("error", outcome.value, str(outcome.value))
+    return Answer("value", outcome.value)
+
+
+def _answer_to(key: str, error: Exception, timeout: float | None) -> Answer:
+    """The answer a handler's exception makes (or the host's giving up on it)."""
+    if isinstance(error, TimeoutError):
+        return Answer(
+            "tool_timeout",
+            message=(
+                f"{key} did not answer within its timeout of {timeout:g} s, so the host "
+                "stopped waiting. The call was sent and may still take effect: check "
+                "before you repeat it."
+            ),
+        )
+    if isinstance(error, SourceGone):
+        return Answer(
+            "source_gone",
+            message=(
+                f"{key}: the server behind this tool stopped while the call was in flight "
+                f"({error}). The call may have taken effect: check before you repeat it."
+            ),
+        )
+    if isinstance(error, ToolFailure):
+        return Answer("error", str(error), str(error))
+    message = f"{key} failed in the host: {type(error).__name__}: {error}"
+    return Answer("error", message, message)
 
 
 @types.coroutine
-def _resume(steps: Generator[Any, None, Any], waiting: Any) -> Generator[Any, None, Any]:
+def _resume(
+    steps: Generator[Any, None, Any], waiting: Any, context: contextvars.Context | None
+) -> Generator[Any, None, Any]:
     """Go on awaiting an awaitable (its `__await__()` steps) that was stepped once by hand and
-    now waits on `waiting`.
+    now waits on `waiting`, each step in `context` when given.
 
     The task running this sees `waiting` as if the handler had yielded it to the task itself,
     and what the task throws in (a cancellation, the timeout's) goes on to the handler.
-    asyncio resumes an awaitable by sending None, so `yield from` can take over from there.
     """
+    run = _call if context is None else context.run
     while True:
         try:
-            yield waiting
+            sent = yield waiting
         except BaseException as error:
             try:
-                waiting = steps.throw(error)
+                waiting = run(steps.throw, error)
             except StopIteration as stop:
                 return stop.value
-            continue
-        return (yield from steps)
+        else:
+            try:
+                waiting = run(steps.send, sent)
+            except StopIteration as stop:
+                return stop.value
+
+
+def _call(function: Callable[..., Any], *args: Any) -> Any:
+    return function(*args)

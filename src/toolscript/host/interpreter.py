@@ -17,8 +17,6 @@ import secrets
 import signal
 import socket
 import sys
-import types
-from collections.abc import Coroutine, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from ..kernel import wire
 from . import codec
 from .busypoll import LoopPoll
 from .calls import CallLedger, CallReport
-from .catalogue import Answer, ToolCatalogue
+from .catalogue import Answer, ToolCatalogue, Waiting
 from .journal import Journal
 from .output import Captured, StreamCapture
 from .template import Template, TemplateError, kernel_command
@@ -602,26 +600,27 @@ class Interpreter:
         it. The calls after it go on in a new task, at once.
         """
         answered: list[tuple[int, Answer]] = []  # journaled and sent together
+        begin = self.catalogue.begin
         try:
             for i in range(start, len(todo)):
                 n, key, args = todo[i]
                 context = contextvars.copy_context()
-                steps = self.catalogue.call(key, args)
                 try:
-                    waiting = context.run(steps.send, None)
-                except StopIteration as stop:
-                    answered.append((n, stop.value))
-                    continue
+                    begun = context.run(begin, key, args)
                 except asyncio.CancelledError:
                     # Nothing cancelled this task mid-step: the handler raised it itself.
                     answered.append((n, _cancelled_itself(key)))
                     continue
+                if type(begun) is Answer:
+                    answered.append((n, begun))
+                    continue
+                assert isinstance(begun, Waiting)
                 if i + 1 < len(todo):
                     self._answer_soon(todo, i + 1, eager=False)
                 self._answered_all(answered)
                 answered = []
                 try:
-                    answer = await _go_on(context, steps, waiting)
+                    answer = await self.catalogue.finish(begun, context)
                 except asyncio.CancelledError:
                     task = asyncio.current_task(self._loop)
                     if task is None or task.cancelling():
@@ -775,25 +774,3 @@ def _cancelled_itself(key: str) -> Answer:
         "taken effect in part: check before you repeat it."
     )
     return Answer("error", message, message)
-
-
-@types.coroutine
-def _go_on(
-    context: contextvars.Context, steps: Coroutine[Any, Any, Answer], waiting: Any
-) -> Generator[Any, Any, Answer]:
-    """Go on running a coroutine, stepped once by hand in `context`, that now waits on
-    `waiting`: each later step runs in `context` too, and what the task throws in (its
-    cancellation, a timeout's) goes on to the coroutine."""
-    while True:
-        try:
-            sent = yield waiting
-        except BaseException as error:
-            try:
-                waiting = context.run(steps.throw, error)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-        else:
-            try:
-                waiting = context.run(steps.send, sent)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
