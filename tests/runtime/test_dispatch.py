@@ -225,3 +225,37 @@ async def test_callbacks_run_in_order_in_the_context_they_were_given(
     )
     assert result.status == "ok", result.text
     assert result.value == repr([("first", "outside"), ("second", "given")])
+
+
+async def test_the_kernel_forgets_a_call_once_its_answer_is_taken(
+    make_runtime: MakeRuntime,
+) -> None:
+    # A kernel that runs for days makes millions of calls: what it keeps of each must go
+    # when the call is over, answered, timed out or cancelled alike.
+    never = asyncio.Event()
+
+    @tool
+    async def stuck() -> str:
+        """Never answers."""
+        await never.wait()
+        return "never"
+
+    runtime = await make_runtime(tools=[mark, stuck])
+    result = await runtime.run(
+        "import asyncio, sys\n"
+        "await asyncio.gather(*[mark(x=i) for i in range(300)])\n"
+        "for i in range(20):\n"
+        "    await mark(x=i)\n"
+        "try:\n"
+        "    await stuck(timeout=0.05)\n"
+        "except TimeoutError:\n"
+        "    pass\n"
+        "task = asyncio.ensure_future(stuck())\n"
+        "await asyncio.sleep(0.05)\n"
+        "task.cancel()\n"
+        "await asyncio.gather(task, return_exceptions=True)\n"
+        "[len(module._table._waiting) for name, module in sys.modules.items()\n"
+        " if name.endswith('kernel.calls')]"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == "[0]"

@@ -223,6 +223,7 @@ class CallTable:
         finally:
             if timer is not None:
                 timer.cancel()
+        self._waiting.pop(n, None)  # answered: nothing more can come for it
         if call.held_by_task:
             held = task._toolscript_held  # type: ignore[union-attr]
             if held is None:
