@@ -197,12 +197,14 @@ class _Call:
         "unwaited",
     )
 
-    def __init__(self, call_id: str, tool: str, args_brief: str, script: str | None) -> None:
+    def __init__(
+        self, call_id: str, tool: str, args_brief: str, script: str | None, made_at: float
+    ) -> None:
         self.id = call_id
         self.tool = tool
         self.args_brief = args_brief
         self.script = script
-        self.made_at = time.time()
+        self.made_at = made_at
         self.answered_at: float | None = None
         self.answer_brief: str | None = None
         self.is_error = False
@@ -282,27 +284,31 @@ class CallLedger:
         """
         starts: list[StartRow] = []
         todo: list[tuple[int, _Call, dict[str, Any]]] = []
+        calls, prefix, shell, running = self._calls, self._prefix, self._shell, self._script
+        between = self._between
+        current = self._tally if self._tally is not None else between
+        made_at = time.time()  # one reading for the frames of one read
         for frame in frames:
             n = frame.get("n")
             tool = frame.get("tool")
-            script = frame.get("script")
-            if type(n) is not int or type(tool) is not str or n in self._calls:
+            if type(n) is not int or type(tool) is not str or n in calls:
                 raise ValueError("a call frame without a fresh number and a tool name")
             refused = frame.get("refused")
             args = frame.get("args")
             if refused is None and type(args) is not dict:
                 raise ValueError("a call frame whose arguments are not an object")
-            script_id = script if script == self._script and script is not None else None
+            script = frame.get("script")
+            script_id = script if script == running and script is not None else None
             args_brief = str(frame.get("brief", "")) if refused is not None else brief(args)
-            call = _Call(f"{self._prefix}.{n}", tool, args_brief, script_id)
-            self._calls[n] = call
-            tally = self._tally_for(call)
+            call = _Call(f"{prefix}.{n}", tool, args_brief, script_id, made_at)
+            calls[n] = call
             # Made while no script ran: the next script's report lists it as made before it
             # started, even if its fate is settled (seen) before that script begins.
-            call.before_start = tally is self._between
+            tally = current if script_id is not None else between
+            call.before_start = tally is between
             tally.made += 1
             tally.open[n] = call
-            starts.append((call.id, script_id, self._shell, tool, args_brief, call.made_at))
+            starts.append((call.id, script_id, shell, tool, args_brief, made_at))
             if refused is not None:
                 call.refused = True
                 call.answer_brief = str(refused)
@@ -407,11 +413,6 @@ class CallLedger:
         return CallReport._of_rows(
             tally.made, tally.made_before_start, by_fate, tally.records, dict(tally.unlisted)
         )
-
-    def _tally_for(self, call: _Call) -> _Tally:
-        if call.script is not None and self._tally is not None:
-            return self._tally
-        return self._between
 
     def _open_tally(self, n: int) -> _Tally | None:
         if self._tally is not None and n in self._tally.open:
