@@ -106,6 +106,16 @@ class ScriptTask(asyncio.Task[Any]):
 
 
 _table: CallTable | None = None
+
+# asyncio.current_task is Python code before 3.12, around a lookup in this dict.
+_current_tasks: Any = getattr(asyncio.tasks, "_current_tasks", None)
+_current_task: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None] = (
+    _current_tasks.get
+    if sys.version_info < (3, 12) and type(_current_tasks) is dict
+    else asyncio.current_task
+)
+_PLAIN = frozenset((str, int, float, bool, type(None)))
+"""Answer values that `from_wire` gives back as they are."""
 _task_result = asyncio.Task.result
 _task_exception = asyncio.Task.exception
 
@@ -155,7 +165,7 @@ class CallTable:
         # run there); asking asyncio costs a getpid() system call each time.
         loop = self._loop if threading.get_ident() == _MAIN_THREAD else asyncio.get_running_loop()
         caller = sys._getframe(1)
-        task = asyncio.current_task(loop)
+        task = _current_task(loop)
         n = next(self._numbers)
         carried = bool(self._acks or self._seen) and loop is self._loop
         try:
@@ -197,7 +207,7 @@ class CallTable:
         call = _Call(n, loop, future)
         call.held_by_task = (
             task is not None
-            and isinstance(task, ScriptTask)
+            and (type(task) is ScriptTask or isinstance(task, ScriptTask))
             and getattr(task.get_coro(), "cr_frame", None) is caller
         )
         self._waiting[n] = call
@@ -233,7 +243,8 @@ class CallTable:
         else:
             self.acknowledge_seen(n)
         if answer.get("ok"):
-            return from_wire(answer.get("value"))
+            value = answer.get("value")
+            return value if type(value) in _PLAIN else from_wire(value)
         said = str(answer.get("message", "the tool reported an error"))
         if answer.get("error") == "ToolTimeout":
             raise ToolTimeout(said)
