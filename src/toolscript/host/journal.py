@@ -46,6 +46,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, count
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -301,6 +302,7 @@ _ROWS_PER_INSERT = (64, 32, 16, 8, 4, 2, 1)
 _INSERT_WHOLE_CALLS = {
     count: _INSERT_WHOLE_CALL + ", ".join([_WHOLE_CALL_ROW] * count) for count in _ROWS_PER_INSERT
 }
+_first = itemgetter(0)
 _NO_END = (None, None, None, None, None, None)
 """The columns after `made_at` of a call neither answered nor settled: `answered_at`,
 `is_error`, `answer_brief`, `fate`, `cause`, `uncertain_reason`."""
@@ -349,8 +351,9 @@ class _Buffer:
 class _Written:
     """What a committed batch changes in the journal's own memory of its calls."""
 
-    new_rows: dict[str, int]
-    states: dict[str, int]
+    new_rows: dict[str, int]  # the calls inserted and still open after the batch
+    states: dict[str, int]  # what became of calls, but those inserted and closed at once
+    flushed: list[str]  # every call inserted
 
 
 class Journal:
@@ -724,7 +727,7 @@ class Journal:
         taken = self._take()
         if taken is None and not sweep and not end_host:
             return
-        written = _Written({}, {})
+        written = _Written({}, {}, [])
         gone: list[int] = []
         try:
             with _Transaction(self._db):
@@ -785,55 +788,53 @@ class Journal:
             db.executemany(
                 _INSERT_SCRIPT, [(script[0], host_id, *script[1:]) for script in taken.scripts]
             )
-        new_rows: dict[str, int] = {}
         # Call id -> the columns after `made_at` of a call made in this batch, replaced as
         # its answer and fate come (tuples of strings and numbers, which the collector
-        # stops tracking, where lists would be walked by its older generations).
-        fresh: dict[str, tuple[Any, ...]] = {}
-        first = 0
-        if taken.starts:
-            first = db.execute(_LAST_CALL).fetchone()[0] + 1
-            for i, call in enumerate(taken.starts):
-                new_rows[call[0]] = first + i
-                fresh[call[0]] = _NO_END
+        # stops tracking, where lists would be walked by its older generations), and what
+        # became of it in this batch. Most calls are made, answered and settled within one
+        # flush: those are inserted whole and never enter the journal's memory.
+        ids = list(map(_first, taken.starts))
+        fresh: dict[str, tuple[Any, ...]] = dict.fromkeys(ids, _NO_END)
+        fresh_states: dict[str, int] = {}
+        first = db.execute(_LAST_CALL).fetchone()[0] + 1 if ids else 0
         open_rows = self._open_rows
-        states: dict[str, int] = {}
+        states: dict[str, int] = {}  # calls written in earlier batches
         answer_rows = []
         for call_id, answered_at, is_error, answer_brief in taken.answers:
             whole = fresh.get(call_id)
             if whole is not None:  # made in this batch: known to this batch alone
-                state = states.get(call_id, _OPEN)
+                state = fresh_states.get(call_id, _OPEN)
                 if state == _CLOSED:
                     continue
                 fresh[call_id] = (answered_at, is_error, answer_brief, whole[3], whole[4], None)
+                fresh_states[call_id] = _CLOSED if state == _PENDING else _ANSWERED
             else:
                 row = open_rows.get(call_id)
                 state = self._state(states, call_id)
                 if row is None or state == _CLOSED:
                     continue
                 answer_rows.append((answered_at, is_error, answer_brief, row))
-            states[call_id] = _CLOSED if state == _PENDING else _ANSWERED
+                states[call_id] = _CLOSED if state == _PENDING else _ANSWERED
         rows_by_fate: dict[tuple[str, str | None], list[int]] = {}
         for call_id, fate, cause in taken.fates:
             whole = fresh.get(call_id)
             if whole is not None:
-                state = states.get(call_id, _OPEN)
+                state = fresh_states.get(call_id, _OPEN)
                 if state == _CLOSED:
                     continue
                 # As _SETTLE_CALL would: uncertain only if settled pending with no answer.
                 unanswered = fate == "pending" and whole[0] is None
                 uncertain = "pending_at_settle" if unanswered else None
                 fresh[call_id] = (*whole[:3], fate, cause, uncertain)
+                after = fresh_states
             else:
                 row = open_rows.get(call_id)
                 state = self._state(states, call_id)
                 if row is None or state == _CLOSED:
                     continue
                 rows_by_fate.setdefault((fate, cause), []).append(row)
-            if state == _ANSWERED or fate != "pending":
-                states[call_id] = _CLOSED
-            else:
-                states[call_id] = _PENDING
+                after = states
+            after[call_id] = _CLOSED if state == _ANSWERED or fate != "pending" else _PENDING
         if fresh:
             _insert_whole_calls(
                 db,
@@ -851,7 +852,14 @@ class Journal:
                 db.execute(_SETTLE_CALLS, {"fate": fate, "cause": cause, "rows": json.dumps(rows)})
         if taken.ends:
             db.executemany(_END_SCRIPT, taken.ends)
-        return _Written(new_rows, states)
+        new_rows: dict[str, int] = {}
+        for i, call_id in enumerate(ids):
+            state = fresh_states.get(call_id, _OPEN)
+            if state != _CLOSED:
+                new_rows[call_id] = first + i
+                if state != _OPEN:
+                    states[call_id] = state
+        return _Written(new_rows, states, ids)
 
     def _state(self, states: dict[str, int], call_id: str) -> int:
         state = states.get(call_id)
@@ -870,7 +878,7 @@ class Journal:
         with self._buffer_lock:
             # In one step, so a repeated call id is always found in one or the other.
             open_rows.update(written.new_rows)
-            self._unwritten.difference_update(written.new_rows)
+            self._unwritten.difference_update(written.flushed)
             for call_id in closed:
                 del open_rows[call_id]
         answered = self._answered_unsettled
