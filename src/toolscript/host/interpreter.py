@@ -617,8 +617,8 @@ class Interpreter:
                 assert isinstance(begun, Waiting)
                 if i + 1 < len(todo):
                     self._answer_soon(todo, i + 1, eager=False)
-                self._answered_all(answered)
-                answered = []
+                done, answered = answered, []
+                self._answered_all(done)
                 try:
                     answer = await self.catalogue.finish(begun, context)
                 except asyncio.CancelledError:
