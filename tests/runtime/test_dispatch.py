@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import random
 
 import pytest
 
@@ -259,3 +260,68 @@ async def test_the_kernel_forgets_a_call_once_its_answer_is_taken(
     )
     assert result.status == "ok", result.text
     assert result.value == "[0]"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_a_burst_of_handlers_of_every_kind_gets_every_answer_right(
+    make_runtime: MakeRuntime, seed: int
+) -> None:
+    # Handlers that answer at once, wait, fail, time out in the host or cancel themselves,
+    # mixed in one gather: each call gets its own answer, and only its own.
+    never = asyncio.Event()
+
+    @tool
+    async def fast(x: int) -> int:
+        """Answer at once."""
+        return x
+
+    @tool
+    async def waits(x: int) -> int:
+        """Answer after a pass of the loop."""
+        await asyncio.sleep(0)
+        return -x
+
+    @tool
+    async def fails(x: int) -> int:
+        """Fail at once."""
+        raise ValueError(f"no {x}")
+
+    @tool(timeout=0.1)
+    async def stuck(x: int) -> int:
+        """Never answer."""
+        await never.wait()
+        return x
+
+    @tool
+    async def gives_up(x: int) -> int:
+        """Cancel itself."""
+        raise asyncio.CancelledError
+
+    kinds = ["fast", "waits", "fails", "stuck", "gives_up"]
+    rng = random.Random(seed)
+    plan = [(rng.choice(kinds), i) for i in range(200)]
+    runtime = await make_runtime(tools=[fast, waits, fails, stuck, gives_up])
+    result = await runtime.run(
+        "import asyncio\n"
+        f"plan = {plan!r}\n"
+        "tools_by_kind = {'fast': fast, 'waits': waits, 'fails': fails, 'stuck': stuck,\n"
+        "                 'gives_up': gives_up}\n"
+        "results = await asyncio.gather(*[tools_by_kind[k](x=i) for k, i in plan],\n"
+        "                               return_exceptions=True)\n"
+        "[type(r).__name__ if isinstance(r, Exception) else r for r in results]",
+        time_limit=30,
+    )
+    assert result.status == "ok", result.text
+    expected = {
+        "fast": lambda i: i,
+        "waits": lambda i: -i,
+        "fails": lambda i: "ToolError",
+        "stuck": lambda i: "ToolTimeout",
+        "gives_up": lambda i: "ToolError",
+    }
+    assert result.value == repr([expected[kind](i) for kind, i in plan])
+    stuck_count = sum(kind == "stuck" for kind, _ in plan)
+    assert result.calls.by_fate == {"seen": 200 - stuck_count, "pending": stuck_count}
+    assert all(
+        record.cause == "tool_timeout" for record in result.calls.records if record.tool == "stuck"
+    )
