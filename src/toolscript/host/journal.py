@@ -300,7 +300,7 @@ _WHOLE_CALL_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 # step per statement, and a handful of statements, each prepared once and cached.
 _ROWS_PER_INSERT = (64, 32, 16, 8, 4, 2, 1)
 _INSERT_WHOLE_CALLS = {
-    count: _INSERT_WHOLE_CALL + ", ".join([_WHOLE_CALL_ROW] * count) for count in _ROWS_PER_INSERT
+    size: _INSERT_WHOLE_CALL + ", ".join([_WHOLE_CALL_ROW] * size) for size in _ROWS_PER_INSERT
 }
 _first = itemgetter(0)
 _NO_END = (None, None, None, None, None, None)
