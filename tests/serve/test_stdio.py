@@ -141,3 +141,27 @@ async def test_an_upstream_tool_list_change_is_bound_for_the_next_run_and_announ
         tools = await session.list_tools()
         run_python = next(tool for tool in tools.tools if tool.name == "run_python")
         assert "async def fresh(" in (run_python.description or "")
+
+
+@pytest.mark.timeout(45)
+async def test_a_client_that_abandons_a_run_stops_its_script(tmp_path: Path) -> None:
+    # The client gives up on run_python (the SDK sends notifications/cancelled): the script
+    # is stopped, so the session's shell is free at once, not after the script's 60 s.
+    started = tmp_path / "started"
+    code = f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('yes')\ntime.sleep(60)"
+    async with client(stdio_server(tmp_path)) as session:
+        async with anyio.create_task_group() as group:
+
+            async def abandoned() -> None:
+                await run(session, code, time_limit_s=120)
+
+            group.start_soon(abandoned)
+            with anyio.fail_after(30):
+                while not started.exists():
+                    await anyio.sleep(0.01)
+            group.cancel_scope.cancel()
+        with anyio.fail_after(20):
+            after = await run(session, "x = 'free'\nx")
+        data = structured(after)
+        # Had the script not been stopped, this run would have been refused: the shell busy.
+        assert (data["status"], data["value"]) == ("ok", "'free'"), text(after)

@@ -64,6 +64,9 @@ INSTRUCTIONS = (
 
 _SESSION_KEY = "toolscript.session"
 
+ABANDONED_STOP_MARGIN = 2.0
+"""Seconds beyond the runtime's grace period a run waits for an abandoned run to be stopped."""
+
 Transport = Literal["stdio", "http"]
 
 
@@ -333,8 +336,14 @@ class ToolscriptServer:
         limit = None if time_limit is None else float(time_limit)
         shell = session.shell
         if not background:
+            stopping = session.abandoned
+            if stopping is not None and not stopping.done():
+                # The client gave up on this session's last run, which is being stopped (an
+                # interrupt, then a kill after the grace period). A run that follows at once
+                # waits for that, rather than being refused as a second script in the shell.
+                await asyncio.wait({stopping}, timeout=self.runtime.grace + ABANDONED_STOP_MARGIN)
             run = shell.run(code, time_limit=limit)
-            return _result_content(await self._with_progress(ctx, run, limit))
+            return _result_content(await self._with_progress(ctx, run, limit, session))
 
         async def ended(result: ScriptResult) -> None:
             await self._background_ended(session, result)
@@ -360,6 +369,7 @@ class ToolscriptServer:
         ctx: ServerRequestContext[Any],
         run: Coroutine[Any, Any, ScriptResult],
         limit: float | None,
+        session: Session,
     ) -> ScriptResult:
         """Await a run, reporting progress while it lasts; a cancelled request stops it."""
         task = asyncio.ensure_future(run)
@@ -383,6 +393,7 @@ class ToolscriptServer:
         finally:
             if not task.done():
                 task.cancel()  # the request was cancelled: the runtime stops the script
+                session.abandoned = task
 
     async def _background_ended(self, session: Session, result: ScriptResult) -> None:
         session.ended(result.script_id)

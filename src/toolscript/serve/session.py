@@ -7,6 +7,7 @@ running are always kept (the runtime bounds how many run at once).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections import OrderedDict
@@ -42,6 +43,8 @@ class Session:
         self.keep_count = keep_count
         self.notifier: Notifier | None = None
         self.closed = False
+        self.abandoned: asyncio.Task[Any] | None = None
+        """The last foreground run the client gave up on, while the runtime stops it."""
         self._scripts: OrderedDict[str, _Tracked] = OrderedDict()
 
     @property
