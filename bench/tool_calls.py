@@ -93,7 +93,8 @@ async def measure(
     async with Runtime(tools=[noop], journal=journal, **knobs) as rt:
         shell = rt.shell("bench")
         await shell.run(GATHER.format(calls=gather))  # warm up
-        pid = int((await shell.run("import os\nos.getpid()")).value or 0)
+        interpreter = shell._interpreter
+        pid = (interpreter.kernel_pid() if interpreter is not None else None) or 0
         host_cpu, kernel_cpu = time.process_time(), cpu_seconds(pid)
         sequential = await shell.run(SEQUENTIAL.format(calls=calls))
         host_cpu, kernel_cpu = time.process_time() - host_cpu, cpu_seconds(pid) - kernel_cpu

@@ -12,14 +12,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.conftest import sandbox_knobs
 
 from toolscript import Runtime
 from toolscript.host.output import StreamCapture
 
 
 @pytest.fixture
-async def rt() -> AsyncIterator[Runtime]:
-    async with Runtime(journal=":memory:", grace=0.5) as runtime:
+async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
+    async with Runtime(**sandbox_knobs({"journal": ":memory:", "grace": 0.5}, tmp_path)) as runtime:
         yield runtime
 
 

@@ -38,6 +38,21 @@ MCPConfigOption = Annotated[
 ]
 
 
+NetworkOption = Annotated[
+    bool,
+    typer.Option("--network", help="Let scripts use the host's network (off by default)."),
+]
+SandboxOption = Annotated[
+    str,
+    typer.Option(
+        "--sandbox",
+        help="auto: sandbox every interpreter where the machine allows it; required: refuse "
+        "to run without one; off: no sandbox (for debugging).",
+        metavar="auto|required|off",
+    ),
+]
+
+
 def load_tools(references: list[str] | None) -> list[Any]:
     """Import each `MODULE:ATTR` (one tool or a list of them); a bad one is a usage error."""
     from .tools.references import ToolReferenceError
@@ -67,18 +82,44 @@ def exec_command(
         str | None,
         typer.Option("--journal", help="Journal file, or ':memory:' (default: the state dir)."),
     ] = None,
+    network: NetworkOption = False,
+    sandbox: SandboxOption = "auto",
+    cwd: Annotated[
+        Path | None,
+        typer.Option(
+            "--cwd",
+            help="The folder the script works in, shown read-write in the sandbox "
+            "(default: the current directory).",
+            exists=True,
+            file_okay=False,
+        ),
+    ] = None,
+    no_cwd: Annotated[
+        bool,
+        typer.Option("--no-cwd", help="Show the script no folder of yours: a private one."),
+    ] = False,
 ) -> None:
     """Run SCRIPT in a fresh interpreter and print what the model would read.
 
-    Exits 0 only when the script succeeded.
+    The script works in the current directory (read-write), so `open("data.csv")` and a
+    saved `plot.png` behave as you expect; everything else of the host it sees read-only,
+    if at all. Exits 0 only when the script succeeded.
     """
     code = sys.stdin.read() if str(script) == "-" else _read_script(script)
     specs = load_tools(tools)
+    workdir = None if no_cwd else (cwd or Path.cwd())
 
     async def main() -> Any:
         from .runtime import Runtime
 
-        async with Runtime(tools=specs, mcp_config=mcp_config, journal=journal) as rt:
+        async with Runtime(
+            tools=specs,
+            mcp_config=mcp_config,
+            journal=journal,
+            network=network,
+            sandbox=sandbox,
+            workdir=workdir,
+        ) as rt:
             for server, reason in rt.mcp_failures.items():
                 typer.echo(f"toolscript: MCP server {server!r} did not start: {reason}", err=True)
             return await rt.run(code, time_limit=time_limit)

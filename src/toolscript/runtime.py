@@ -40,6 +40,9 @@ from .host.interpreter import (
 from .host.journal import Journal, JournalCall, state_dir
 from .host.pool import CapReached, InterpreterPool
 from .host.result import TEXT_LIMIT, ScriptResult
+from .host.sandbox import LEVEL_NONE, Sandbox, SandboxError, parse_mounts
+from .host.sandbox import Mount as SandboxMount
+from .host.sandbox import prepare as prepare_sandbox
 from .host.template import Template, TemplateError
 from .tools.spec import ToolSpec
 
@@ -96,6 +99,14 @@ class Runtime:
     - `busy_poll` (0.0003 s; 0: off): while a reply is due, the host's event loop and the
       kernel poll for it this long before they sleep, when a core is spare for it. It trades
       a bounded amount of CPU for a tool call's round trip (see `toolscript.host.busypoll`).
+    - `sandbox` ("auto"): "auto" runs every interpreter in an OS sandbox where the machine
+      allows one and says so in `rt.sandbox` and in results where it does not; "required"
+      refuses to start without one; "off" runs without (for debugging).
+    - `network` (False): share the host's network with the sandbox.
+    - `mounts`: more of the host to show in the sandbox, `{host_path: "ro" | "rw" | "/path" |
+      "/path:rw"}` (read-only unless asked).
+    - `workdir`: a host folder every shell works in (read-write), instead of a private folder
+      per shell (`toolscript exec` gives the current directory).
     """
 
     def __init__(
@@ -124,6 +135,10 @@ class Runtime:
         idle_timeout: float | None = 900.0,
         log_limit: int = 64 * 1024 * 1024,
         busy_poll: float = DEFAULT_BUSY_POLL,
+        sandbox: str = "auto",
+        network: bool = False,
+        mounts: Mapping[str | Path, str] | None = None,
+        workdir: str | Path | None = None,
     ) -> None:
         _positive("default_time_limit", default_time_limit)
         _positive("max_time_limit", max_time_limit)
@@ -151,6 +166,18 @@ class Runtime:
         ):
             if type(value) is not int or value < least:
                 raise ValueError(f"{knob} must be a whole number, at least {least}")
+        if sandbox not in ("auto", "required", "off"):
+            raise ValueError(f"sandbox must be 'auto', 'required' or 'off', not {sandbox!r}")
+        if not isinstance(network, bool):
+            raise ValueError("network must be True or False")
+        self._mounts = parse_mounts(mounts)
+        if workdir is not None:
+            workdir = Path(workdir).expanduser().resolve()
+            if not workdir.is_dir():
+                raise ValueError(f"workdir: {str(workdir)!r} is not a folder")
+        self.workdir = workdir
+        self.sandbox_mode = sandbox
+        self.network = network
         preload = list(preload)
         for module in preload:
             if not isinstance(module, str) or not module.replace(".", "_").isidentifier():
@@ -195,6 +222,9 @@ class Runtime:
         self._started = False
         self._closed = False
         self.mcp_failures: dict[str, str] = {}
+        self._sandbox: Sandbox | None = None
+        self.sandbox_failure: str | None = None
+        """Why interpreters run without the sandbox, when they do."""
 
     # -- life --------------------------------------------------------------------------------
 
@@ -222,8 +252,13 @@ class Runtime:
             specs.extend(self._mcp.specs())
             self._mcp.set_on_change(self._tools_changed)
         self._catalogue = ToolCatalogue(specs, self.tool_timeout)
-        self._busy = busypoll.attach(self.busy_poll)
         self._workdir = Path(tempfile.mkdtemp(prefix="toolscript-"))
+        try:
+            await self._prepare_sandbox()
+        except BaseException:
+            await self._close_services()
+            raise
+        self._busy = busypoll.attach(self.busy_poll)
         self._log_dir = base / "logs" / "background"
         if self.fork and hasattr(os, "fork") and hasattr(os, "pidfd_open"):
             self._template_start = asyncio.get_running_loop().create_task(self._start_template())
@@ -240,11 +275,63 @@ class Runtime:
         self._pool.fill()
         return self
 
+    async def _prepare_sandbox(self) -> None:
+        """Make this runtime's sandbox, or say why there is none (refuse if it is required)."""
+        if self.sandbox_mode == "off":
+            self.sandbox_failure = "the sandbox was turned off (sandbox='off')"
+            return
+        mounts = list(self._mounts)
+        if self.workdir is not None:
+            mounts.append(SandboxMount(str(self.workdir), str(self.workdir), writable=True))
+        assert self._workdir is not None
+        try:
+            self._sandbox = await prepare_sandbox(
+                self.python,
+                scrubbed_environment(self._env),
+                self._workdir,
+                mounts,
+                self.network,
+            )
+        except SandboxError as error:
+            if self.sandbox_mode == "required":
+                raise SandboxError(
+                    f"sandbox='required', but no sandbox can be made here: {error.reason}"
+                ) from None
+            self.sandbox_failure = error.reason
+            _log.warning("toolscript: scripts will run without a sandbox: %s", error.reason)
+
+    @property
+    def sandbox(self) -> str:
+        """The isolation in force: "namespaces+seccomp", or "process only" (see
+        `sandbox_failure` for why)."""
+        return self._sandbox.level if self._sandbox is not None else LEVEL_NONE
+
+    def _unconfined_words(self, interpreter: Interpreter) -> list[str]:
+        """Once per interpreter without a sandbox: the note that says so."""
+        if self._sandbox is not None or interpreter.told_unconfined:
+            return []
+        interpreter.told_unconfined = True
+        return [
+            f"This interpreter is not sandboxed ({self.sandbox_failure}): the script could "
+            "reach the host's files, processes and network as the host's user."
+        ]
+
+    @property
+    def process_limit(self) -> str:
+        """What enforces `limits["processes"]` in this runtime's interpreters."""
+        if self._sandbox is not None:
+            return self._sandbox.process_limit
+        return "RLIMIT_NPROC (not enforced for root)" if os.geteuid() == 0 else "RLIMIT_NPROC"
+
     async def _start_template(self) -> None:
         """Start the template in the background: until it is ready, interpreters are spawned."""
         try:
             self._template = await Template.start(
-                self.python, self.preload, scrubbed_environment(self._env), self.start_timeout
+                self.python,
+                self.preload,
+                scrubbed_environment(self._env),
+                self.start_timeout,
+                self._sandbox,
             )
         except TemplateError as error:
             self.template_failure = error.reason
@@ -300,6 +387,9 @@ class Runtime:
                 await self._template_start
         if self._template is not None:
             await self._template.close()
+        await self._close_services()
+
+    async def _close_services(self) -> None:
         if self._mcp is not None:
             await self._mcp.aclose()
         if self._journal is not None:
@@ -307,6 +397,8 @@ class Runtime:
         if self._busy is not None:
             busypoll.detach(self._busy)
             self._busy = None
+        if self._sandbox is not None:
+            self._sandbox.close()
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
@@ -375,19 +467,36 @@ class Runtime:
         return Launch(
             python=self.python,
             cwd=self._workdir,
-            env=scrubbed_environment(self._env),
+            env=self._interpreter_environment(),
             limits=self.limits,
             start_timeout=self.start_timeout,
             output_limit=self.output_limit,
             template=self._template,
             preload=tuple(self.preload),
             busy=self._busy,
+            sandbox=self._sandbox,
         )
 
+    def _interpreter_environment(self) -> dict[str, str]:
+        env = scrubbed_environment(self._env)
+        if self._sandbox is not None:
+            # The host's home and temporary folder are not in the sandbox: its own /tmp is,
+            # private and writable, where libraries look for a home to keep caches in.
+            for name in ("HOME", "TMPDIR"):
+                if name not in self._env:
+                    env[name] = "/tmp"
+        return env
+
     def _folder(self, shell: str) -> Path:
-        """A shell's own working directory (kept across its interpreters)."""
+        """A shell's working directory: its own (kept across its interpreters), or the
+        runtime's `workdir`."""
+        if self.workdir is not None:
+            return self.workdir
         assert self._workdir is not None
-        folder = self._workdir / shell.replace("/", "_").replace(os.sep, "_")
+        name = shell.replace("/", "_").replace(os.sep, "_")
+        if name.startswith("."):
+            name = "_" + name  # never "." or "..": a folder of its own, under the runtime's
+        folder = self._workdir / name
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
@@ -486,7 +595,7 @@ class Shell:
                 outcome,
                 runtime,
                 limit,
-                [],
+                runtime._unconfined_words(interpreter),
                 generation=interpreter.generation,
                 script_id=script_id,
                 shell=self.name,
@@ -620,6 +729,7 @@ class Shell:
         fresh = reset_note is not None or interpreter.generation == 1
         if reset_note:
             notes.append(reset_note)
+        notes.extend(runtime._unconfined_words(interpreter))
         for key, why in interpreter.bind_failures:
             notes.append(f"The tool {key} could not be bound and is missing: {why}")
         journal.begin_script(script_id, self.name, interpreter.generation, code, time.time())
@@ -668,7 +778,11 @@ class Shell:
             shell=self.name,
             duration=time.monotonic() - started,
         )
-        if outcome.ending in ("killed", "crashed", "fault") or result.status == "crashed":
+        if (
+            outcome.ending in ("killed", "crashed", "fault")
+            or result.status == "crashed"
+            or outcome.report.get("threads_left")
+        ):
             self._interpreter = None
             self._reset_reason = _reset_words(outcome, result.status)
         journal = runtime._journal  # not `runtime.journal`: a run stopped by aclose() ends here
@@ -860,6 +974,15 @@ def _result_from(
                 f"of {_size(runtime.limits.get('address_space'))}). It was replaced: its state "
                 "is gone. Look for large lists, strings or data frames built in memory."
             )
+    elif ending == "stopped" and report.get("threads_left"):
+        status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
+        words.append(_stop_words(outcome.stop_reason, limit, runtime, killed=False).split(" It")[0])
+        words.append(
+            f"{report['threads_left']} thread(s) the script started were still running after "
+            "the stop, and a thread cannot be stopped from outside, so the interpreter was "
+            "replaced. Its state is gone: variables, imports and tasks; the next run starts a "
+            "fresh interpreter."
+        )
     elif ending == "stopped":
         status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
         words.append(_stop_words(outcome.stop_reason, limit, runtime, killed=False))
@@ -956,6 +1079,8 @@ def _crash_words(exit_description: str | None) -> str:
 
 
 def _reset_words(outcome: Outcome, status: str) -> str:
+    if outcome.report.get("threads_left"):
+        return "a thread the previous script started was still running after its stop"
     if outcome.ending == "killed":
         return "the previous one was killed because it did not stop after the interrupt"
     if outcome.ending == "fault":

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import sandbox_knobs
 
 from toolscript import Runtime, tool
 from toolscript.host.calls import CallRecord
@@ -130,12 +131,13 @@ async def desk() -> AsyncIterator[Desk]:
 
 
 @pytest.fixture
-async def make_runtime(desk: Desk) -> AsyncIterator[MakeRuntime]:
+async def make_runtime(desk: Desk, tmp_path: Path) -> AsyncIterator[MakeRuntime]:
     """Start runtimes (the desk's tools, in-memory journal, short grace); all closed after."""
     made: list[Runtime] = []
 
     async def make(**knobs: Any) -> Runtime:
         knobs.setdefault("tools", desk.tools)
+        sandbox_knobs(knobs, tmp_path)
         knobs.setdefault("journal", ":memory:")
         knobs.setdefault("grace", GRACE)
         knobs.setdefault("default_time_limit", 10.0)

@@ -109,15 +109,11 @@ async def test_a_late_answer_meant_for_a_replaced_interpreter_never_settles_a_ca
     # The first interpreter is killed while its call number 1 is in flight; the new
     # interpreter's first call is number 1 too. The old handler (one that finishes even when
     # the host cancels it) answers while the new call waits: the new call must get its own.
-    pid_file = tmp_path / "pid"
-    first_run = asyncio.create_task(
-        runtime.run(
-            f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
-            "await stubborn(x=1)\n"
-        )
-    )
+    first_run = asyncio.create_task(runtime.run("await stubborn(x=1)\n"))
     await desk.wait_entered(1)
-    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    interpreter = runtime.shell("default")._interpreter
+    assert interpreter is not None
+    os.kill(interpreter.kernel_pid() or 0, signal.SIGKILL)
     first = await asyncio.wait_for(first_run, WAIT)
     assert first.status == "crashed", first.text
     [old] = first.calls.records

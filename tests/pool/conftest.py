@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import sandbox_knobs
 
 from toolscript import Runtime
 
@@ -21,6 +22,7 @@ async def make_runtime(tmp_path: Path) -> AsyncIterator[MakeRuntime]:
     made: list[Runtime] = []
 
     async def make(*tools: Any, **knobs: Any) -> Runtime:
+        sandbox_knobs(knobs, tmp_path)
         knobs.setdefault("journal", ":memory:")
         knobs.setdefault("grace", 0.5)
         knobs.setdefault("state_dir", tmp_path / "state")

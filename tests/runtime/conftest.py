@@ -10,6 +10,7 @@ from typing import Any
 
 import psutil
 import pytest
+from tests.conftest import sandbox_knobs
 
 from toolscript import Runtime
 
@@ -20,11 +21,12 @@ MakeRuntime = Callable[..., Awaitable[Runtime]]
 
 
 @pytest.fixture
-async def make_runtime() -> AsyncIterator[MakeRuntime]:
+async def make_runtime(tmp_path: Path) -> AsyncIterator[MakeRuntime]:
     """Start runtimes with the given knobs (small grace, in-memory journal); all closed after."""
     made: list[Runtime] = []
 
     async def make(**knobs: Any) -> Runtime:
+        sandbox_knobs(knobs, tmp_path)
         knobs.setdefault("journal", ":memory:")
         knobs.setdefault("grace", GRACE)
         knobs.setdefault("default_time_limit", 10.0)
@@ -64,8 +66,10 @@ def wait_for_file_holding_the_loop(path: Path, timeout: float = 10.0) -> None:
 def kernel_pid(runtime: Runtime, shell: str = "default") -> int:
     """The pid of the kernel process behind a shell (it must have run a script)."""
     interpreter = runtime.shell(shell)._interpreter
-    assert interpreter is not None and interpreter.pid is not None
-    return interpreter.pid
+    assert interpreter is not None
+    pid = interpreter.kernel_pid()  # in a sandbox, not the pid the script sees
+    assert pid is not None
+    return pid
 
 
 def is_gone(pid: int) -> bool:

@@ -68,8 +68,7 @@ async def test_a_kernel_killed_from_outside_during_a_run_is_a_crash_naming_sigki
     runtime: Runtime, tmp_path: Path
 ) -> None:
     await runtime.run("kept = 1")
-    pid = int(str((await runtime.run("import os\nos.getpid()")).value))
-    assert pid == kernel_pid(runtime)
+    pid = kernel_pid(runtime)
     started = tmp_path / "started"
     running = asyncio.create_task(
         runtime.run(
@@ -90,8 +89,8 @@ async def test_a_kernel_killed_from_outside_during_a_run_is_a_crash_naming_sigki
 async def test_a_kernel_killed_between_runs_is_replaced_and_the_next_run_says_so(
     runtime: Runtime,
 ) -> None:
-    first = await runtime.run("kept = 1\nimport os\nos.getpid()")
-    pid = int(str(first.value))
+    first = await runtime.run("kept = 1")
+    pid = kernel_pid(runtime)
     os.kill(pid, signal.SIGKILL)
     await wait_until_the_host_sees_it_dead(runtime)
     after = await runtime.run("'kept' in globals()")

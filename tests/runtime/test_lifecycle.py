@@ -87,7 +87,8 @@ async def test_closing_the_runtime_leaves_no_kernel_nor_its_children(
     result = await runtime.shell("a").run(
         "import subprocess\np = subprocess.Popen(['sleep', '60'])\np.pid"
     )
-    sleeper = int(str(result.value))
+    assert result.status == "ok", result.text
+    [sleeper] = [child.pid for child in psutil.Process(kernel_pid(runtime, "a")).children()]
     await runtime.shell("b").run("1")
     kernels = [kernel_pid(runtime, "a"), kernel_pid(runtime, "b")]
     started = time.monotonic()

@@ -28,6 +28,7 @@ from .calls import CallLedger, CallReport
 from .catalogue import Answer, ToolCatalogue, Waiting
 from .journal import Journal
 from .output import Captured, StreamCapture
+from .sandbox import Sandbox
 from .template import Template, TemplateError, kernel_command
 
 OUTPUT_END_WAIT = 2.0
@@ -78,6 +79,9 @@ class Launch:
     template: Template | None = None
     preload: tuple[str, ...] = ()
     busy: LoopPoll | None = None
+    sandbox: Sandbox | None = None
+    """Start the kernel confined (from a sandboxed template: the runtime's, or one of its
+    own when that one cannot serve)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +153,10 @@ class Interpreter:
         self.last_outcome: Outcome | None = None
         self._quiet = False
         self._stop_reason: str | None = None
+        self.told_unconfined = False
+        """Whether a result has said that this interpreter runs without a sandbox."""
+        self._own_template: Template | None = None
+        self._cgroup: str | None = None
 
     # -- life --------------------------------------------------------------------------------
 
@@ -165,9 +173,11 @@ class Interpreter:
         self.generation = generation
         self.ledger = CallLedger(f"{secrets.token_hex(4)}-{generation}", shell, self._journal)
         if cwd is not None:
-            answer = await self._expect(
-                "set", self.launch.start_timeout, {"t": "setup", "cwd": str(cwd)}
-            )
+            setup: dict[str, Any] = {"t": "setup", "cwd": str(cwd)}
+            sandbox = self.launch.sandbox
+            if sandbox is not None and cwd.parent == sandbox.shells_root:
+                setup["folder"] = cwd.name  # the sandbox's init mounts it (`kernel.init`)
+            answer = await self._expect("set", self.launch.start_timeout, setup)
             if answer.get("error"):
                 raise InterpreterStartError(f"the kernel could not enter {cwd}: {answer['error']}")
 
@@ -183,6 +193,17 @@ class Interpreter:
     def busy(self) -> bool:
         return self._script is not None
 
+    def kernel_pid(self) -> int | None:
+        """The kernel's pid as the host sees it. (A sandboxed kernel is its init's child.)"""
+        if self.launch.sandbox is None or self.pid is None:
+            return self.pid
+        try:
+            with open(f"/proc/{self.pid}/task/{self.pid}/children") as children:
+                found = children.read().split()
+        except OSError:
+            return None
+        return int(found[0]) if found else None
+
     async def start(self) -> None:
         """Start the kernel, wait for `ready`, bind the tools. Raises `InterpreterStartError`."""
         loop = self._loop
@@ -194,6 +215,8 @@ class Interpreter:
         if template is not None and template.alive:
             with contextlib.suppress(TemplateError):
                 host_end = await self._fork(template)
+        if host_end is None and self.launch.sandbox is not None:
+            host_end = await self._fork_alone(self.launch.sandbox)
         if host_end is None:
             host_end = await self._spawn()
         self._started = True
@@ -253,19 +276,51 @@ class Interpreter:
             _read_less(transport.get_pipe_transport(fd))
         return host_end
 
-    async def _fork(self, template: Template) -> socket.socket:
+    async def _fork_alone(self, sandbox: Sandbox) -> socket.socket:
+        """A sandboxed kernel that cannot come from the runtime's template (there is none, or
+        it cannot serve): from a template of its own, which ends with it."""
+        launch = self.launch
+        try:
+            self._own_template = await Template.start(
+                launch.python, (), launch.env, launch.start_timeout, sandbox, alone=True
+            )
+            channel = await self._fork(self._own_template, preload=launch.preload)
+            self.forked = False  # a fresh Python of its own, as a spawned one is
+            return channel
+        except TemplateError as error:
+            if self._own_template is not None:
+                await self._own_template.close()
+            raise InterpreterStartError(error.reason) from None
+
+    async def _fork(self, template: Template, preload: tuple[str, ...] = ()) -> socket.socket:
         """A kernel forked from the template: pipes read here, its end seen through a pidfd
         (it is the template's child, not ours), its exit status reported by the template."""
         loop = asyncio.get_running_loop()
         launch = self.launch
-        forked = await template.fork(launch.cwd, launch.env, launch.limits, launch.start_timeout)
+        extra: dict[str, Any] = {}
+        if launch.sandbox is not None:
+            self._cgroup = launch.sandbox.new_cgroup()
+            processes = launch.limits.get("processes")
+            extra = {
+                "cgroup": self._cgroup,
+                # The init counts too: the script gets the number it was given.
+                "processes": processes + 1 if processes is not None else None,
+                "preload": list(preload),
+            }
+        forked = await template.fork(
+            launch.cwd, launch.env, launch.limits, launch.start_timeout, extra
+        )
         self.forked = True
-        self.pid = forked.pid
         self._status = forked.status
-        try:
-            self._pidfd = os.pidfd_open(forked.pid)
-        except OSError:
-            self._pidfd = None  # it is gone already; the status will say how
+        if forked.pidfd is not None:
+            self._pidfd = forked.pidfd
+            self.pid = _pid_of(forked.pidfd)
+        else:
+            self.pid = forked.pid
+            try:
+                self._pidfd = os.pidfd_open(forked.pid)
+            except OSError:
+                self._pidfd = None  # it is gone already; the status will say how
         for fd, pipe in ((1, forked.stdout), (2, forked.stderr)):
             pipe_transport, _ = await loop.connect_read_pipe(
                 lambda fd=fd: _PipeProtocol(self, fd),  # type: ignore[misc]
@@ -345,11 +400,7 @@ class Interpreter:
 
     async def kill(self) -> None:
         """Kill the kernel and everything in its process group; bounded."""
-        if self.pid is not None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        self._signal(signal.SIGKILL)
         if self._started:
             try:
                 await asyncio.wait_for(self._exited.wait(), SHUTDOWN_WAIT)
@@ -359,8 +410,27 @@ class Interpreter:
             self._process.close()
         if self._channel is not None:
             self._channel.close()
+        if self._own_template is not None:
+            await self._own_template.close()
+        if self.launch.sandbox is not None and self._exited.is_set():
+            self.launch.sandbox.drop_cgroup(self._cgroup)
         # Handlers of its calls still in flight are left to finish under their own timeouts:
         # their answers tell the journal what happened. `close()` abandons them.
+
+    def _signal(self, signum: int) -> None:
+        """SIGINT to the kernel, or SIGKILL to it and all it started.
+
+        A sandboxed kernel is reached through its init, by pidfd (no pid can be reused under
+        us): the init forwards SIGINT, and its death ends its whole PID namespace. Otherwise
+        the kernel leads a process group, which SIGKILL ends with it.
+        """
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            if self.launch.sandbox is not None and self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, signum)
+            elif self.pid is not None and signum == signal.SIGKILL:
+                os.killpg(self.pid, signum)
+            elif self.pid is not None:
+                os.kill(self.pid, signum)
 
     # -- scripts -----------------------------------------------------------------------------
 
@@ -384,6 +454,7 @@ class Interpreter:
             "script": script_id,
             "code": code,
             "marker": marker,
+            "grace": grace,
         }
         if busy is not None:
             exec_frame["busy_poll"] = busy.script_started()
@@ -420,8 +491,7 @@ class Interpreter:
     async def _stop(self, script_id: str, reason: str, grace: float) -> dict[str, Any]:
         assert self._done is not None
         if not self._done.done() and self.alive and self.pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(self.pid, signal.SIGINT)  # the kernel's handler turns it into a stop
+            self._signal(signal.SIGINT)  # the kernel's handler turns it into a stop
             try:
                 return await asyncio.wait_for(asyncio.shield(self._done), grace)
             except TimeoutError:
@@ -437,6 +507,10 @@ class Interpreter:
         status = str(report.get("status"))
         gone = status in ("killed", "crashed", "fault")
         self._quiet = report.get("quiet") is True
+        if status == "stopped" and report.get("threads_left"):
+            # A thread cannot be stopped from outside: the interpreter goes with it.
+            self.closing = True
+            gone = True
         if gone:
             await self.kill()
             try:
@@ -653,11 +727,8 @@ class Interpreter:
         if self.fault is not None:
             return
         self.fault = reason
-        if self._started and self.pid is not None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if self._started:
+            self._signal(signal.SIGKILL)
         if self._done is not None and not self._done.done():
             self._done.set_result({"status": "fault"})
 
@@ -685,6 +756,19 @@ class Interpreter:
         self._open_pipes -= 1
         if self._open_pipes <= 0:
             self._pipes_closed.set()
+
+
+def _pid_of(pidfd: int) -> int | None:
+    """The pid, as this process sees it, of the process a pidfd refers to."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as info:
+            for line in info:
+                if line.startswith("Pid:"):
+                    pid = int(line.split()[1])
+                    return pid if pid > 0 else None
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def describe_exit(returncode: int | None) -> str:

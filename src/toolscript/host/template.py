@@ -9,6 +9,7 @@ pidfd (which works for any process), so a template that dies first costs only th
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import itertools
@@ -19,7 +20,10 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .sandbox import Sandbox
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernel"
 
@@ -53,13 +57,15 @@ class TemplateError(Exception):
 
 @dataclass
 class Forked:
-    """A kernel forked by the template: its pid, the host's end of its channel, its pipes."""
+    """A kernel forked by the template: its pid (in the template's PID namespace), the host's
+    end of its channel, its pipes, and a pidfd for it when the template could make one."""
 
     pid: int
     channel: socket.socket
     stdout: int
     stderr: int
     status: asyncio.Future[int] = field(repr=False)
+    pidfd: int | None = None
 
 
 class Template:
@@ -80,15 +86,35 @@ class Template:
 
     @classmethod
     async def start(
-        cls, python: str, preload: Sequence[str], env: dict[str, str], timeout: float
+        cls,
+        python: str,
+        preload: Sequence[str],
+        env: dict[str, str],
+        timeout: float,
+        sandbox: Sandbox | None = None,
+        *,
+        alone: bool = False,
     ) -> Template:
-        """Start the template and wait (bounded) until it has imported `preload`."""
+        """Start the template and wait (bounded) until it has imported `preload`; inside
+        `sandbox` when given (then every kernel it forks is confined, see `kernel.init`).
+
+        `alone`: it will fork a single kernel, whose start-up it is; errors say "the kernel".
+        """
+        name = "the kernel" if alone else "the template"
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         host_end.setblocking(False)
-        config = json.dumps({"preload": list(preload)})
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *kernel_command(python, "template", str(template_end.fileno()), config),
+        settings: dict[str, Any] = {"preload": list(preload)}
+        if sandbox is not None:
+            settings["sandbox"] = sandbox.template_config()
+        config = json.dumps(settings)
+        command = kernel_command(python, "template", str(template_end.fileno()), config)
+        if sandbox is not None:
+            command = sandbox.command(command)
+        # Not cancelled halfway: asyncio's own clean-up of a process cancelled while it is
+        # made can wait for ever. A cancel waits for the process, then ends it.
+        making = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
+                *command,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
@@ -96,9 +122,17 @@ class Template:
                 env=env,
                 start_new_session=True,
             )
+        )
+        try:
+            process = await asyncio.shield(making)
         except (OSError, ValueError) as error:
             host_end.close()
             raise TemplateError(f"the Python at {python!r} could not be started: {error}") from None
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                made = await making
+                await asyncio.shield(cls(made, host_end).close())
+            raise
         finally:
             template_end.close()
         template = cls(process, host_end)
@@ -107,13 +141,21 @@ class Template:
         except (TimeoutError, TemplateError) as error:
             try:
                 stderr = await template._stderr_tail()
+                if isinstance(error, TemplateError):
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(process.wait(), 1.0)
             finally:
                 await asyncio.shield(template.close())
-            reason = (
-                error.reason
-                if isinstance(error, TemplateError)
-                else f"the template did not become ready within {timeout:g} s"
-            )
+            if not isinstance(error, TemplateError):
+                reason = f"{name} did not answer 'ready' within {timeout:g} s"
+                if not alone:
+                    reason = f"the template did not become ready within {timeout:g} s"
+            elif process.returncode is not None and process.returncode >= 0:
+                reason = f"{name} exited during start-up (exit code {process.returncode})"
+            elif process.returncode is not None:
+                reason = f"{name} exited during start-up (killed by signal {-process.returncode})"
+            else:
+                reason = f"{name} exited during start-up"
             raise TemplateError(f"{reason}{stderr}") from None
         except BaseException:  # cancelled while it started: nobody else would end it
             await asyncio.shield(template.close())
@@ -140,8 +182,11 @@ class Template:
         env: dict[str, str],
         limits: dict[str, int | None],
         timeout: float,
+        extra: dict[str, Any] | None = None,
     ) -> Forked:
-        """Fork one kernel. Raises `TemplateError` if the template cannot (then spawn instead)."""
+        """Fork one kernel. Raises `TemplateError` if the template cannot (then spawn instead).
+
+        `extra` goes into the request as it is (a sandboxed kernel's cgroup and preload)."""
         if not self.alive:
             raise TemplateError("the template is not running")
         host_end, kernel_end = socket.socketpair()
@@ -150,7 +195,13 @@ class Template:
         number = next(self._requests)
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[number] = waiter
-        request = {"id": number, "cwd": str(cwd) if cwd else None, "env": env, "limits": limits}
+        request = {
+            "id": number,
+            "cwd": str(cwd) if cwd else None,
+            "env": env,
+            "limits": limits,
+            **(extra or {}),
+        }
         try:
             self._control.sendmsg(
                 [json.dumps(request).encode("ascii")],
@@ -173,8 +224,9 @@ class Template:
             kernel_end.close()
             os.close(out_write)
             os.close(err_write)
+        pidfd = answer.pop("_fds", [None])[0]
         if "pid" not in answer:
-            for fd in (out_read, err_read):
+            for fd in (out_read, err_read, *([pidfd] if pidfd is not None else [])):
                 os.close(fd)
             host_end.close()
             raise TemplateError(f"the template could not fork: {answer.get('error')}")
@@ -184,38 +236,68 @@ class Template:
             status.set_result(self._early_exits.pop(pid))
         else:
             self._children[pid] = status
-        return Forked(pid, host_end, out_read, err_read, status)
+        return Forked(pid, host_end, out_read, err_read, status, pidfd)
 
     async def close(self) -> None:
-        """Stop the template (bounded). Kernels it forked live on until the host ends them."""
+        """Stop the template (bounded). Kernels it forked live on until the host ends them,
+        unless it runs in a sandbox: they are in it too, and end with it."""
         if self._closed:
             return
         self._closed = True
         with contextlib.suppress(Exception):
             asyncio.get_running_loop().remove_reader(self._control.fileno())
         self._control.close()
+        # In a sandbox, the process we started is bubblewrap's monitor; the sandbox's own
+        # PID 1 ends only after it, and everything in the sandbox only after that PID 1:
+        # held by a pidfd, it is waited for too, so nothing is left running on return.
+        inner = _pidfds(_children(self._process.pid))
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self._process.pid, signal.SIGKILL)
+        for pidfd in inner:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._process.wait(), 2.0)
+        try:
+            await asyncio.wait_for(_ended(inner), 2.0)
+        except TimeoutError:
+            pass
+        finally:
+            for pidfd in inner:
+                os.close(pidfd)
         self._fail_waiters("the template was closed")
 
     def _readable(self) -> None:
+        fds = array.array("i")
         while True:
             try:
-                data = self._control.recv(65536)
+                data, ancillary, _flags, _address = self._control.recvmsg(
+                    65536, socket.CMSG_SPACE(fds.itemsize)
+                )
             except BlockingIOError:
                 return
             except OSError:
-                data = b""
+                data, ancillary = b"", []
+            received: list[int] = []
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds = array.array("i")
+                    fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+                    received.extend(fds)
             if not data:
+                for fd in received:
+                    os.close(fd)
                 self._gone()
                 return
             try:
                 message = json.loads(data)
             except ValueError:
+                for fd in received:
+                    os.close(fd)
                 self._gone()
                 return
+            if received:
+                message["_fds"] = received
             self._handle(message)
 
     def _handle(self, message: dict[str, Any]) -> None:
@@ -226,6 +308,9 @@ class Template:
             waiter = self._waiting.pop(int(message.get("id", -1)), None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(message)
+            else:
+                for fd in message.get("_fds", []):
+                    os.close(fd)
         elif kind == "exited":
             pid = int(message.get("pid", -1))
             code = int(message.get("returncode", 0))
@@ -263,7 +348,38 @@ class Template:
         return ""
 
 
-def _fd_bytes(fds: list[int]) -> bytes:
-    import array
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            return [int(child) for child in children.read().split()]
+    except (OSError, ValueError):
+        return []
 
+
+def _pidfds(pids: list[int]) -> list[int]:
+    pidfds = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            pidfds.append(os.pidfd_open(pid))
+    return pidfds
+
+
+async def _ended(pidfds: list[int]) -> None:
+    """Wait until every process the pidfds refer to has ended."""
+    loop = asyncio.get_running_loop()
+    for pidfd in pidfds:
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def readable(ended: asyncio.Future[None] = ended) -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        loop.add_reader(pidfd, readable)
+        try:
+            await ended
+        finally:
+            loop.remove_reader(pidfd)
+
+
+def _fd_bytes(fds: list[int]) -> bytes:
     return array.array("i", fds).tobytes()

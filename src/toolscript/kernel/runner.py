@@ -43,6 +43,7 @@ import stat
 import sys
 import termios
 import threading
+import time
 import traceback
 import types
 from collections.abc import Callable
@@ -112,11 +113,12 @@ _new_handle: Any = object.__new__
 
 
 class _Script:
-    __slots__ = ("finished", "id", "marker", "stop_reason", "task", "value")
+    __slots__ = ("finished", "grace", "id", "marker", "stop_reason", "task", "value")
 
-    def __init__(self, script_id: str, marker: str) -> None:
+    def __init__(self, script_id: str, marker: str, grace: float = 1.0) -> None:
         self.id = script_id
         self.marker = marker
+        self.grace = grace
         self.task: asyncio.Task[Any] | None = None
         self.stop_reason: str | None = None
         self.finished = False
@@ -126,8 +128,12 @@ class _Script:
 class Kernel:
     """One interpreter's whole service: the loop, the namespace, the channel to the host."""
 
-    def __init__(self, channel: socket.socket) -> None:
+    def __init__(self, channel: socket.socket, init: socket.socket | None = None) -> None:
         self._channel = channel
+        self._init = init
+        """The sandbox's init, until it has set up this interpreter's folder (or None)."""
+        self.sandboxed = init is not None
+        """Whether this kernel is PID 2 of a PID namespace of its own (see `init`)."""
         self._transport: asyncio.Transport | None = None
         self._reader = FrameReader()
         self._selector = _WatchedSelector()
@@ -229,7 +235,14 @@ class Kernel:
         return script is not None and script.stop_reason is not None
 
     def _start_script(self, message: dict[str, Any]) -> None:
-        script = _Script(str(message["script"]), str(message["marker"]))
+        if self._init is not None:
+            self._seal(None, None)  # no setup came: this interpreter gets no shell folder
+        grace = message.get("grace", 1.0)
+        script = _Script(
+            str(message["script"]),
+            str(message["marker"]),
+            float(grace) if type(grace) in (int, float) else 1.0,
+        )
         self._script = script
         window = message.get("busy_poll", 0.0)
         self._selector.busy.window = window if type(window) is float and window < 0.01 else 0.0
@@ -340,6 +353,9 @@ class Kernel:
         self.calls.cancel_waiting()
         if others:
             await asyncio.wait(others, timeout=1.0)
+        threads = self._end_what_the_script_started(script.grace / 2)
+        if threads:
+            report["threads_left"] = threads
         self._finish(script, report)
 
     def _cancel_script(self) -> None:
@@ -452,12 +468,45 @@ class Kernel:
     def _setup(self, message: dict[str, Any]) -> None:
         error = None
         cwd = message.get("cwd")
-        if isinstance(cwd, str):
+        if self._init is not None:
+            folder = message.get("folder")
+            error = self._seal(folder if isinstance(folder, str) else None, cwd)
+        if isinstance(cwd, str) and error is None:
             try:
                 os.chdir(cwd)
             except OSError as problem:
                 error = f"{type(problem).__name__}: {problem}"
         self.post(encode({"t": "set", "error": error}))
+
+    def _seal(self, folder: str | None, cwd: object) -> str | None:
+        """Have the sandbox's init mount the shell's folder and take every other out of view:
+        once, before the first script (see `toolscript.kernel.init`)."""
+        from .init import ask_setup
+
+        init, self._init = self._init, None
+        if init is None:
+            return None
+        return ask_setup(init, folder, cwd if isinstance(cwd, str) else None)
+
+    def _end_what_the_script_started(self, wait: float) -> int:
+        """After a stop: kill every process of this sandbox but its init and this kernel, and
+        say how many threads the script started still run after `wait` seconds (the host
+        then replaces this interpreter: a thread cannot be stopped from outside)."""
+        if self.sandboxed:
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGKILL)  # spares PID 1 (the init) and the caller
+            _reap_killed_children(time.monotonic() + 0.5)
+        executor = getattr(self.loop, "_default_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False)  # its idle workers end; busy ones count below
+        deadline = time.monotonic() + max(0.0, min(wait, 1.0))
+        left = 0
+        for thread in threading.enumerate():
+            if thread is threading.main_thread():
+                continue
+            thread.join(max(0.0, deadline - time.monotonic()))
+            left += thread.is_alive()
+        return left
 
     def _patch_asyncio_run(self) -> None:
         original = asyncio.run
@@ -511,6 +560,19 @@ class _Channel(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         os._exit(0)  # the host closed the channel or died: end with it
+
+
+def _reap_killed_children(deadline: float) -> None:
+    """Reap the children just killed (they take a moment to die), until none is left."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.001)
 
 
 def _is_pipe(fd: int) -> bool:

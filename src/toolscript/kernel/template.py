@@ -37,13 +37,28 @@ from typing import Any
 from .__main__ import apply_limits, close_inherited
 
 _MAX_MESSAGE = 1 << 16
+_CLONE_NEWPID = 0x20000000
+
+_sandbox: dict[str, Any] | None = None
+"""The sandbox's layout (see `toolscript.kernel.init`) when the template runs in one."""
+_own_pid_namespace = -1
+_selector_fd = -1
+_status_pipes: dict[int, int] = {}
+"""Per child in a sandbox, the read end of the pipe its init writes the kernel's status to."""
 
 
 def main(argv: list[str]) -> None:
+    global _sandbox, _own_pid_namespace, _selector_fd
     close_inherited({int(argv[0])})
     control = socket.socket(fileno=int(argv[0]))
     config: dict[str, Any] = json.loads(argv[1]) if len(argv) > 1 else {}
     from . import runner  # noqa: F401 - imported now so every child has it loaded
+
+    if isinstance(config.get("sandbox"), dict):
+        from . import confine, init  # noqa: F401 - loaded once, for every child
+
+        _sandbox = config["sandbox"]
+        _own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY)
 
     preloaded: list[str] = []
     failures: list[list[str]] = []
@@ -78,6 +93,7 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     selector = selectors.DefaultSelector()
+    _selector_fd = selector.fileno()
     selector.register(control, selectors.EVENT_READ)
     selector.register(wake_read, selectors.EVENT_READ)
     while True:
@@ -125,21 +141,98 @@ def _fork(
         _send(control, {"t": "forked", "id": request.get("id"), "error": "expected 3 fds"})
         return
     channel, out, err = fds
+    status_read, status_write = os.pipe() if _sandbox is not None else (-1, -1)
     try:
+        if _sandbox is not None:
+            from .confine import unshare
+
+            unshare(_CLONE_NEWPID)  # our next child is PID 1 of a namespace of its own
         pid = os.fork()
     except OSError as error:
-        for fd in fds:
-            os.close(fd)
+        _restore_pid_namespace()
+        for fd in (*fds, status_read, status_write):
+            if fd >= 0:
+                os.close(fd)
         _send(control, {"t": "forked", "id": request.get("id"), "error": str(error)})
         return
     if pid == 0:
         try:
-            _become_kernel(control, request, channel, out, err, wake)
+            if _sandbox is not None:
+                os.close(status_read)
+                _become_sandboxed_kernel(
+                    control, request, channel, out, err, wake, status_write, _sandbox
+                )
+            else:
+                _become_kernel(control, request, channel, out, err, wake)
         finally:
             os._exit(70)
+    _restore_pid_namespace()
     for fd in fds:
         os.close(fd)
-    _send(control, {"t": "forked", "id": request.get("id"), "pid": pid})
+    if status_write >= 0:
+        os.close(status_write)
+        _status_pipes[pid] = status_read
+    # The host learns of the child's end through this pidfd: it may not see our PID
+    # namespace (in a sandbox), so a pid number of ours would mean nothing to it.
+    try:
+        pidfd = [os.pidfd_open(pid)]
+    except (OSError, AttributeError):
+        pidfd = []
+    _send(control, {"t": "forked", "id": request.get("id"), "pid": pid}, pidfd)
+    for fd in pidfd:
+        os.close(fd)
+
+
+def _restore_pid_namespace() -> None:
+    if _sandbox is not None:
+        from .confine import setns
+
+        setns(_own_pid_namespace, _CLONE_NEWPID)
+
+
+def _become_sandboxed_kernel(
+    control: socket.socket,
+    request: dict[str, Any],
+    channel: int,
+    out: int,
+    err: int,
+    wake: tuple[int, int],
+    status: int,
+    sandbox: dict[str, Any],
+) -> None:
+    """PID 1 of a new PID namespace: become its init, and in the init's child, a kernel that
+    locks itself down before it serves (see `toolscript.kernel.init`)."""
+    from . import confine, init
+
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    control.close()
+    for fd in (*wake, _own_pid_namespace, _selector_fd):
+        os.close(fd)
+    init_socket = init.become_init(sandbox, request, status, [channel, out, err])
+    os.setsid()  # the kernel leads its own session, as an unconfined one does
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.close(out)
+    os.close(err)
+    env = request.get("env")
+    if isinstance(env, dict):
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in env.items()})
+    confine.lock_down()
+    apply_limits(request.get("limits", {}))
+    os.chdir("/tmp")
+    from .runner import Kernel
+
+    kernel = Kernel(socket.socket(fileno=channel), init=init_socket)
+    for name in request.get("preload", []):
+        try:
+            importlib.import_module(str(name))
+        except BaseException as error:  # a preload failure is said, not fatal
+            print(f"toolscript: preload {name!r} failed: {error!r}", file=sys.stderr)
+    kernel.serve()
 
 
 def _become_kernel(
@@ -155,7 +248,7 @@ def _become_kernel(
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     control.close()
-    for fd in wake:
+    for fd in (*wake, _selector_fd):
         os.close(fd)
     os.dup2(out, 1)
     os.dup2(err, 2)
@@ -183,12 +276,30 @@ def _reap(control: socket.socket) -> None:
         if pid == 0:
             return
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        status_pipe = _status_pipes.pop(pid, -1)
+        if status_pipe >= 0:
+            # In a sandbox the child is the kernel's init: how the kernel ended is what counts.
+            try:
+                os.set_blocking(status_pipe, False)
+                said = os.read(status_pipe, 64)
+                if said:
+                    code = int(said)
+            except (OSError, ValueError):
+                pass
+            finally:
+                os.close(status_pipe)
         _send(control, {"t": "exited", "pid": pid, "returncode": code})
 
 
-def _send(control: socket.socket, message: dict[str, Any]) -> None:
+def _send(control: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
     try:
-        control.send(json.dumps(message).encode("ascii"))
+        if fds:
+            control.sendmsg(
+                [json.dumps(message).encode("ascii")],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())],
+            )
+        else:
+            control.send(json.dumps(message).encode("ascii"))
     except OSError:
         os._exit(0)
 

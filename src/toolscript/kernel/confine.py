@@ -1,0 +1,392 @@
+"""Confinement inside the sandbox: namespaces, mounts, capabilities and a seccomp filter.
+
+The host starts the template under bubblewrap (see `toolscript.host.sandbox`), which gives it
+a read-only view of what Python needs, no network, and its own user, PID, IPC and UTS
+namespaces. This module does the rest, per interpreter, with the standard library only
+(`ctypes` for the system calls Python 3.11 does not wrap):
+
+- `unshare`/`setns`, so each interpreter is PID 1 of its own PID namespace (its `init`) with its
+  own mount namespace: a private `/tmp`, its own `/proc`, and only its own shell's folder;
+- `mount`/`umount2`, to put that folder in place and take the folder of every other shell out;
+- `lock_down`, which every kernel calls before it runs any script: a user namespace of its
+  own (any capability left is then good only there, where it owns nothing), every capability
+  dropped from all sets and from the bounding set, `no_new_privs`, and a seccomp filter
+  that refuses the calls a script could use to reach past its sandbox (ptrace,
+  process_vm_*, mount and the new mount API, unshare/setns, namespace flags to clone,
+  module and kexec loading, keyctl, bpf, perf_event_open, ...).
+
+Each step raises `ConfineError` with the failing call's name; a kernel that cannot lock
+itself down never serves a script.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import struct
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+_NAMESPACE_FLAGS = (
+    CLONE_NEWNS
+    | CLONE_NEWCGROUP
+    | CLONE_NEWUTS
+    | CLONE_NEWIPC
+    | CLONE_NEWUSER
+    | CLONE_NEWPID
+    | CLONE_NEWNET
+)
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAPBSET_DROP = 24
+_PR_SET_SECUREBITS = 28
+_PR_SET_SECCOMP = 22
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_SECCOMP_MODE_FILTER = 2
+# SECBIT_NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, and their locks.
+_SECUREBITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
+_CAP_VERSION_3 = 0x20080522
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class ConfineError(OSError):
+    """A confinement step failed; the message names the call."""
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        number = ctypes.get_errno()
+        raise ConfineError(number, f"{what}: {os.strerror(number)}")
+    return result
+
+
+def unshare(flags: int) -> None:
+    """`unshare(2)` (Python 3.11 has no `os.unshare`)."""
+    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def setns(fd: int, kind: int) -> None:
+    """`setns(2)`: join the namespace that `fd` refers to."""
+    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(kind)), "setns")
+
+
+def mount(source: str, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    """`mount(2)`."""
+    _check(
+        _libc.mount(
+            source.encode(),
+            target.encode(),
+            fstype.encode() if fstype is not None else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
+
+
+def umount(target: str) -> None:
+    """Detach the mount at `target` (lazily, as `umount -l` does)."""
+    _check(_libc.umount2(target.encode(), ctypes.c_int(MNT_DETACH)), f"umount {target}")
+
+
+def bind(source: str, target: str, *, writable: bool) -> None:
+    """Bind `source` on `target`, read-only unless `writable`, never with devices or setuid."""
+    mount(source, target, None, MS_BIND | MS_REC)
+    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (0 if writable else MS_RDONLY)
+    mount("none", target, None, flags)
+
+
+def own_user_namespace() -> None:
+    """Move into a user namespace of our own, mapping our uid and gid to themselves.
+
+    Capabilities held after this are good only in the new namespace, which owns no mount,
+    network or PID namespace: the ones we are in belong to the namespace above. And a
+    process limit (`RLIMIT_NPROC`) is counted per user namespace, so per interpreter.
+    """
+    uid, gid = os.getuid(), os.getgid()
+    unshare(CLONE_NEWUSER)
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+
+
+def drop_capabilities() -> None:
+    """Drop every capability: bounding set, ambient set, then effective, permitted and
+    inheritable; lock the secure bits so that uid 0 gains nothing back on `execve`."""
+    last = _last_capability()
+    # Best effort while we still can: locking needs CAP_SETPCAP, which we may not hold.
+    _libc.prctl(_PR_SET_SECUREBITS, ctypes.c_ulong(_SECUREBITS), 0, 0, 0)
+    for cap in range(last + 1):
+        _libc.prctl(_PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0)
+    _libc.prctl(_PR_CAP_AMBIENT, ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0)
+    header = struct.pack("Ii", _CAP_VERSION_3, 0)
+    data = bytes(24)  # two zeroed {effective, permitted, inheritable} sets
+    _check(_libc.capset(header, data), "capset")
+
+
+def no_new_privileges() -> None:
+    """`PR_SET_NO_NEW_PRIVS`: no `execve` can gain privileges (setuid bits, file caps)."""
+    _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+
+
+def lock_down() -> None:
+    """Everything a kernel does before it serves a script (see the module's docstring)."""
+    own_user_namespace()
+    drop_capabilities()
+    no_new_privileges()
+    install_seccomp()
+
+
+def capabilities_in_effect() -> int:
+    """The effective capability set, as `/proc/self/status` shows it (0 once locked down)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    return -1
+
+
+# -- seccomp ---------------------------------------------------------------------------------
+
+# Each architecture's number for the calls refused (EPERM). `clone` is refused only with a
+# namespace flag; `clone3` answers ENOSYS, so the C library falls back to `clone`, whose
+# flags a filter can read.
+_DENIED = [
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "unshare",
+    "setns",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "bpf",
+    "perf_event_open",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "userfaultfd",
+    "acct",
+    "syslog",
+    "quotactl",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "vhangup",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "iopl",
+    "ioperm",
+    "uselib",
+]
+
+_NUMBERS: dict[str, dict[str, int]] = {
+    "x86_64": {
+        "ptrace": 101,
+        "process_vm_readv": 310,
+        "process_vm_writev": 311,
+        "kexec_load": 246,
+        "kexec_file_load": 320,
+        "init_module": 175,
+        "finit_module": 313,
+        "delete_module": 176,
+        "mount": 165,
+        "umount2": 166,
+        "pivot_root": 155,
+        "chroot": 161,
+        "unshare": 272,
+        "setns": 308,
+        "keyctl": 250,
+        "add_key": 248,
+        "request_key": 249,
+        "bpf": 321,
+        "perf_event_open": 298,
+        "swapon": 167,
+        "swapoff": 168,
+        "reboot": 169,
+        "open_by_handle_at": 304,
+        "name_to_handle_at": 303,
+        "userfaultfd": 323,
+        "acct": 163,
+        "syslog": 103,
+        "quotactl": 179,
+        "settimeofday": 164,
+        "clock_settime": 227,
+        "clock_adjtime": 305,
+        "adjtimex": 159,
+        "vhangup": 153,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "mount_setattr": 442,
+        "iopl": 172,
+        "ioperm": 173,
+        "uselib": 134,
+        "clone": 56,
+        "clone3": 435,
+    },
+    "aarch64": {
+        "ptrace": 117,
+        "process_vm_readv": 270,
+        "process_vm_writev": 271,
+        "kexec_load": 104,
+        "kexec_file_load": 294,
+        "init_module": 105,
+        "finit_module": 273,
+        "delete_module": 106,
+        "mount": 40,
+        "umount2": 39,
+        "pivot_root": 41,
+        "chroot": 51,
+        "unshare": 97,
+        "setns": 268,
+        "keyctl": 219,
+        "add_key": 217,
+        "request_key": 218,
+        "bpf": 280,
+        "perf_event_open": 241,
+        "swapon": 224,
+        "swapoff": 225,
+        "reboot": 142,
+        "open_by_handle_at": 265,
+        "name_to_handle_at": 264,
+        "userfaultfd": 282,
+        "acct": 89,
+        "syslog": 116,
+        "quotactl": 60,
+        "settimeofday": 170,
+        "clock_settime": 112,
+        "clock_adjtime": 266,
+        "adjtimex": 171,
+        "vhangup": 58,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "mount_setattr": 442,
+        "clone": 220,
+        "clone3": 435,
+    },
+}
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+
+_BPF_LD_W_ABS = 0x20
+_BPF_JEQ_K = 0x15
+_BPF_JSET_K = 0x45
+_BPF_JGE_K = 0x35
+_BPF_RET_K = 0x06
+_RET_ALLOW = 0x7FFF0000
+_RET_KILL_PROCESS = 0x80000000
+_RET_ERRNO = 0x00050000
+_EPERM = 1
+_ENOSYS = 38
+_X32_BIT = 0x40000000
+
+
+def _filter(machine: str) -> list[tuple[int, int, int, int]]:
+    """The filter's instructions, `(code, jt, jf, k)`; offsets of `seccomp_data`: nr 0,
+    arch 4, args from 16 (the low half of args[0] at 16 on little-endian machines)."""
+    numbers = _NUMBERS[machine]
+    program: list[tuple[int, int, int, int]] = [
+        (_BPF_LD_W_ABS, 0, 0, 4),
+        (_BPF_JEQ_K, 1, 0, _AUDIT_ARCH[machine]),
+        (_BPF_RET_K, 0, 0, _RET_KILL_PROCESS),  # another ABI's numbers mean other calls
+        (_BPF_LD_W_ABS, 0, 0, 0),
+    ]
+    if machine == "x86_64":
+        program += [(_BPF_JGE_K, 0, 1, _X32_BIT), (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM)]
+    program += [
+        (_BPF_JEQ_K, 0, 1, numbers["clone3"]),
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _ENOSYS),
+        (_BPF_JEQ_K, 0, 4, numbers["clone"]),
+        (_BPF_LD_W_ABS, 0, 0, 16),
+        (_BPF_JSET_K, 0, 1, _NAMESPACE_FLAGS),
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM),
+        (_BPF_RET_K, 0, 0, _RET_ALLOW),
+    ]
+    denied = sorted({numbers[name] for name in _DENIED if name in numbers})
+    for number in denied:
+        program += [(_BPF_JEQ_K, 0, 1, number), (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM)]
+    program.append((_BPF_RET_K, 0, 0, _RET_ALLOW))
+    return program
+
+
+def seccomp_supported() -> bool:
+    """Whether this machine's architecture has a filter here."""
+    return platform.machine() in _NUMBERS
+
+
+def install_seccomp() -> None:
+    """Install the filter for this process and every process it starts; needs
+    `no_new_privs` (or CAP_SYS_ADMIN)."""
+    machine = platform.machine()
+    if machine not in _NUMBERS:
+        raise ConfineError(0, f"seccomp: no filter for the {machine} architecture")
+    program = _filter(machine)
+    instructions = b"".join(struct.pack("HBBI", *item) for item in program)
+    buffer = ctypes.create_string_buffer(instructions, len(instructions))
+
+    class _Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = _Program(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+    _check(
+        _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+        "prctl(SECCOMP)",
+    )
+
+
+def _last_capability() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as file:
+            return int(file.read())
+    except (OSError, ValueError):
+        return 40
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)

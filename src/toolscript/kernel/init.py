@@ -1,0 +1,189 @@
+"""The init of a sandboxed interpreter: PID 1 of its own PID and mount namespaces.
+
+Goal: "stopped" means nothing the script started still runs, and a shell sees its own folder
+and nothing of another shell's. What fails: a process group (a script's `os.setsid()` leaves
+it), `RLIMIT_NPROC` (not counted for root), and a kernel that is PID 1 itself (PID 1 ignores
+every signal it has no handler for, `os.kill(os.getpid(), 9)` included, and it would have
+to reap orphans whose status belongs to the script's own `subprocess` calls). What we do: the
+template forks this init into a new PID namespace; the init makes a new mount namespace
+(a private `/tmp`, the namespace's own `/proc`, the runtime's extra mounts, a process-count
+cgroup when the host gave one), then forks the kernel as PID 2, which locks itself down
+before it serves a script. When the kernel dies, for whatever reason, the init exits and the
+kernel (Linux) kills every process left in the namespace: setsid and double forks included.
+The kernel ends them itself after a stop (`kill(-1, SIGKILL)` spares only PID 1 and the
+caller).
+
+The init also:
+- mounts the shell's folder when the kernel, asked by the host, asks it to (once: the pool
+  starts interpreters before it knows their shell), then takes the staging folders (every
+  shell's folder, the cgroup tree) out of the namespace and drops its own capabilities;
+- forwards SIGINT (the host's stop) to the kernel;
+- reaps orphans, and writes the kernel's exit status on `status_fd` before it exits, so the
+  template can report how the kernel ended, not how the init did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+from typing import Any
+
+from . import confine
+
+STAGING = "/.toolscript"
+"""Where the sandbox shows the runtime's shell folders (`shells`), extra mounts (`mounts/N`)
+and the process-count cgroup (`cgroup`) to the init, until it has put them in place."""
+
+
+def become_init(
+    config: dict[str, Any], request: dict[str, Any], status_fd: int, kernel_fds: list[int]
+) -> socket.socket:
+    """Set up the namespace and fork the kernel. In the kernel's process, return its end of
+    the init's socket (the caller goes on to become the kernel); in the init, which closes
+    `kernel_fds` (the kernel's channel and pipes), never return."""
+    confine.unshare(confine.CLONE_NEWNS)
+    confine.mount("none", "/", None, confine.MS_REC | confine.MS_PRIVATE)
+    confine.mount("proc", "/proc", "proc", confine.MS_NOSUID | confine.MS_NODEV | confine.MS_NOEXEC)
+    confine.mount(
+        "tmpfs", "/tmp", "tmpfs", confine.MS_NOSUID | confine.MS_NODEV, "mode=1777,size=50%"
+    )
+    for index, (target, writable) in enumerate(config.get("mounts", [])):
+        # Mounts under /tmp: the private /tmp above covered the sandbox's own.
+        source, target = f"{STAGING}/mounts/{index}", str(target)
+        if os.path.isdir(source):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o600))
+        confine.bind(source, target, writable=bool(writable))
+    cgroup = request.get("cgroup")
+    if isinstance(cgroup, str) and cgroup:
+        _join_cgroup(f"{STAGING}/cgroup/{cgroup}", request.get("processes"))
+    kernel_end, init_end = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        init_end.close()
+        os.close(status_fd)
+        return kernel_end
+    kernel_end.close()
+    for fd in kernel_fds:
+        os.close(fd)
+    _serve(init_end, pid, status_fd, config)
+    os._exit(0)  # not reached
+
+
+def _join_cgroup(path: str, processes: object) -> None:
+    os.makedirs(path, exist_ok=True)
+    if isinstance(processes, int) and processes > 0:
+        with open(f"{path}/pids.max", "w") as limit:
+            limit.write(str(processes))
+    with open(f"{path}/cgroup.procs", "w") as procs:
+        procs.write(str(os.getpid()))
+
+
+def _serve(control: socket.socket, kernel: int, status_fd: int, config: dict[str, Any]) -> None:
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.signal(signal.SIGINT, lambda signum, frame: _forward(kernel, signal.SIGINT))
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    sealed = False
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is control:
+                try:
+                    data = control.recv(65536)
+                except OSError:
+                    data = b""
+                if not data or sealed:
+                    selector.unregister(control)
+                    control.close()
+                    sealed = True
+                    continue
+                answer = _setup(data)
+                sealed = True
+                _seal(config)
+                try:
+                    control.sendall(json.dumps(answer).encode())
+                except OSError:
+                    pass
+            else:
+                try:
+                    os.read(wake_read, 4096)
+                except BlockingIOError:
+                    pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                os._exit(0)
+            if pid == 0:
+                break
+            if pid == kernel:
+                code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                try:
+                    os.write(status_fd, str(code).encode())
+                finally:
+                    os._exit(0)  # the namespace goes with us
+
+
+def _setup(data: bytes) -> dict[str, Any]:
+    """Put the shell's folder in place: `{"folder": NAME, "cwd": PATH}` binds the staged
+    folder NAME on PATH (made in the private /tmp if it is under it)."""
+    try:
+        request = json.loads(data)
+        folder, cwd = request.get("folder"), request.get("cwd")
+        if isinstance(folder, str) and isinstance(cwd, str):
+            if "/" in folder or folder in ("", ".", ".."):
+                return {"error": f"not a folder name: {folder!r}"}
+            os.makedirs(cwd, exist_ok=True)
+            confine.bind(f"{STAGING}/shells/{folder}", cwd, writable=True)
+        return {"error": None}
+    except (OSError, ValueError, AttributeError) as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def _seal(config: dict[str, Any]) -> None:
+    """Take every staging folder out of this namespace, then give up our capabilities."""
+    for name in ("shells", "cgroup"):
+        try:
+            confine.umount(f"{STAGING}/{name}")
+        except OSError:
+            pass  # not mounted for this runtime
+    for index in range(len(config.get("mounts", []))):
+        try:
+            confine.umount(f"{STAGING}/mounts/{index}")
+        except OSError:
+            pass
+    try:
+        confine.drop_capabilities()
+        confine.no_new_privileges()
+    except OSError:
+        pass
+
+
+def _forward(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass
+
+
+def ask_setup(init: socket.socket, folder: str | None, cwd: str | None) -> str | None:
+    """From the kernel: have the init mount `folder` on `cwd` (or only seal the namespace);
+    returns an error message, or None."""
+    try:
+        init.sendall(json.dumps({"folder": folder, "cwd": cwd}).encode())
+        answer = json.loads(init.recv(65536) or b"{}")
+    except (OSError, ValueError) as problem:
+        return f"the sandbox's init did not answer ({problem})"
+    finally:
+        init.close()
+    said = answer.get("error") if isinstance(answer, dict) else "a malformed answer"
+    return str(said) if said else None

@@ -1,0 +1,238 @@
+"""Attacks from inside a script on the host, on other shells and on the sandbox itself.
+
+Each test runs the attack as a hostile script would, against the real sandbox, and checks
+that it fails. (Against a runtime with `sandbox="off"`, every one of them succeeds.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+
+from .conftest import MakeRuntime
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_the_hosts_environment_is_unreadable_from_any_process_the_script_can_see(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = f"secret-{secrets.token_hex(8)}"
+    monkeypatch.setenv("TOOLSCRIPT_TEST_SECRET", secret)
+    runtime = await make_runtime()
+    result = await runtime.run(
+        "import glob, os\n"
+        "found = []\n"
+        "for path in glob.glob('/proc/*/environ') + [f'/proc/{os.getppid()}/environ',"
+        f" '/proc/{os.getpid()}/environ']:\n"
+        "    try:\n"
+        f"        if {secret!r}.encode() in open(path, 'rb').read():\n"
+        "            found.append(path)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        f"found, {secret!r} in str(os.environ)"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == "([], False)"
+
+
+async def test_the_hosts_memory_can_be_neither_read_nor_written(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime()
+    host = os.getpid()
+    result = await runtime.run(
+        "import os\n"
+        "opened = []\n"
+        f"for pid in ({host}, os.getppid(), 1):\n"
+        "    for mode in ('rb', 'r+b'):\n"
+        "        try:\n"
+        "            open(f'/proc/{pid}/mem', mode).close()\n"
+        "            opened.append((pid, mode))\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "opened"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == "[]"
+
+
+async def test_the_read_only_view_holds_against_a_remount(make_runtime: MakeRuntime) -> None:
+    runtime = await make_runtime()
+    result = await runtime.run(
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "MS_REMOUNT, MS_BIND = 32, 4096\n"
+        "remount = libc.mount(None, b'/', None, MS_REMOUNT | MS_BIND, None)\n"
+        "usr = libc.mount(None, b'/usr', None, MS_REMOUNT | MS_BIND, None)\n"
+        "try:\n"
+        "    open('/usr/toolscript-was-here', 'w')\n"
+        "    wrote = True\n"
+        "except OSError:\n"
+        "    wrote = False\n"
+        "caps = open('/proc/self/status').read().split('CapEff:')[1].split()[0]\n"
+        "remount, usr, wrote, int(caps, 16)"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == "(-1, -1, False, 0)"
+    assert not Path("/usr/toolscript-was-here").exists()
+
+
+async def test_escape_calls_are_refused_by_the_seccomp_filter(make_runtime: MakeRuntime) -> None:
+    runtime = await make_runtime()
+    result = await runtime.run(
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "def errno(result):\n"
+        "    return ctypes.get_errno() if result == -1 else 'allowed'\n"
+        "CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000\n"
+        "{\n"
+        "    'ptrace': errno(libc.ptrace(16, 1, 0, 0)),\n"
+        "    'unshare': errno(libc.unshare(CLONE_NEWUSER)),\n"
+        "    'unshare_ns': errno(libc.unshare(CLONE_NEWNS)),\n"
+        "    'setns': errno(libc.setns(os.open('/proc/1/ns/mnt', os.O_RDONLY)"
+        " if os.access('/proc/1/ns/mnt', os.R_OK) else 0, 0)),\n"
+        "    'keyctl': errno(libc.syscall(250 if os.uname().machine == 'x86_64' else 219,"
+        " 0, 0, 0, 0, 0)),\n"
+        "    'bpf': errno(libc.syscall(321 if os.uname().machine == 'x86_64' else 280,"
+        " 0, 0, 0)),\n"
+        "}"
+    )
+    assert result.status == "ok", result.text
+    refused = eval(result.value or "{}")
+    assert all(value != "allowed" for value in refused.values()), refused
+
+
+async def test_the_journal_state_directory_and_home_are_invisible(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "token").write_text("bearer-secret")
+    home_file = Path.home() / f".toolscript-test-{secrets.token_hex(4)}"
+    home_file.write_text("home-secret")
+    try:
+        runtime = await make_runtime(state_dir=state, journal=state / "journal.sqlite3")
+        paths = [state / "journal.sqlite3", state / "token", state, home_file, Path.home()]
+        result = await runtime.run(
+            "import os\n"
+            f"paths = {[str(path) for path in paths]!r}\n"
+            "seen = []\n"
+            "for path in paths:\n"
+            "    if os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)"
+            " and path != os.path.expanduser('~')):\n"
+            "        seen.append(path)\n"
+            f"seen, os.path.exists({str(home_file)!r})"
+        )
+    finally:
+        home_file.unlink()
+    assert result.status == "ok", result.text
+    assert result.value == "([], False)"
+
+
+async def test_another_shells_folder_and_tmp_are_invisible(make_runtime: MakeRuntime) -> None:
+    runtime = await make_runtime()
+    first = await runtime.shell("A").run(
+        "import os\nopen('mine.txt', 'w').write('A-secret')\n"
+        "open('/tmp/scratch.txt', 'w').write('A-tmp')\nos.getcwd()"
+    )
+    assert first.status == "ok", first.text
+    folder = eval(first.value or "''")
+    second = await runtime.shell("B").run(
+        "import os\n"
+        f"folder = {folder!r}\n"
+        "(os.path.exists(os.path.join(folder, 'mine.txt')),\n"
+        " os.path.exists('/tmp/scratch.txt'),\n"
+        " sorted(os.listdir(os.path.dirname(os.getcwd()))))"
+    )
+    assert second.status == "ok", second.text
+    assert second.value == "(False, False, ['B'])"
+
+
+async def test_no_connection_reaches_the_hosts_loopback_or_any_network(
+    make_runtime: MakeRuntime,
+) -> None:
+    server = await asyncio.start_server(lambda reader, writer: writer.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        runtime = await make_runtime()
+        result = await runtime.run(
+            "import socket\n"
+            "outcome = None\n"
+            "try:\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
+            "    outcome = 'connected'\n"
+            "except OSError as error:\n"
+            "    outcome = type(error).__name__\n"
+            "outcome, [name for _, name in socket.if_nameindex()]"
+        )
+    assert result.status == "ok", result.text
+    outcome, interfaces = eval(result.value or "(None, None)")
+    assert outcome != "connected"
+    # Only a loopback of its own: no route leads anywhere outside the sandbox.
+    assert interfaces == ["lo"]
+
+
+async def test_network_true_shares_the_hosts_network(make_runtime: MakeRuntime) -> None:
+    server = await asyncio.start_server(lambda reader, writer: writer.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        runtime = await make_runtime(network=True)
+        result = await runtime.run(
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5).close()\n"
+            "'connected'"
+        )
+    assert result.status == "ok", result.text
+    assert result.value == "'connected'"
+
+
+async def test_mounts_show_more_of_the_host_read_only_unless_asked(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    readable = tmp_path / "data"
+    readable.mkdir()
+    (readable / "in.csv").write_text("a,b\n1,2\n")
+    writable = tmp_path / "out"
+    writable.mkdir()
+    runtime = await make_runtime(mounts={readable: "/data", writable: "rw"}, sandbox="required")
+    result = await runtime.run(
+        "text = open('/data/in.csv').read()\n"
+        "try:\n"
+        "    open('/data/new.txt', 'w')\n"
+        "    wrote = True\n"
+        "except OSError:\n"
+        "    wrote = False\n"
+        f"open({str(writable / 'plot.txt')!r}, 'w').write('saved')\n"
+        "text, wrote"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == "('a,b\\n1,2\\n', False)"
+    assert (writable / "plot.txt").read_text() == "saved"
+
+
+async def test_a_workdir_is_every_shells_working_directory(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    (tmp_path / "data.csv").write_text("x\n")
+    runtime = await make_runtime(workdir=tmp_path)
+    result = await runtime.run("import os\nopen('out.txt', 'w').write(open('data.csv').read())\n")
+    assert result.status == "ok", result.text
+    assert (tmp_path / "out.txt").read_text() == "x\n"
+
+
+async def test_a_script_cannot_reach_the_sandboxs_init(make_runtime: MakeRuntime) -> None:
+    runtime = await make_runtime()
+    result = await runtime.run(
+        "import os, signal\n"
+        "for signum in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP):\n"
+        "    os.kill(1, signum)\n"
+        "os.getpid()"
+    )
+    assert result.status == "ok", result.text
+    after = await runtime.run("1 + 1")
+    assert after.value == "2"
+    assert after.generation == result.generation

@@ -1,0 +1,204 @@
+"""After a stop, after a close, and after the host's death, nothing the script started runs.
+
+The processes a script starts carry a token in their command line, so the test can find them
+from outside the sandbox (inside, their pids are of another PID namespace).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+from .conftest import MakeRuntime, eventually, processes_with
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def sleeper(token: str) -> str:
+    """Python source for a process that sleeps with `token` in its command line."""
+    return f"[sys.executable, '-c', 'import time; time.sleep(300)  # {token}']"
+
+
+def setsid_double_fork(token: str, ready: Path) -> str:
+    return textwrap.dedent(
+        f"""\
+        import os, sys, subprocess, pathlib
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                subprocess.Popen({sleeper(token)}, start_new_session=True)
+                pathlib.Path({str(ready)!r}).touch()
+            os._exit(0)
+        """
+    )
+
+
+def sigint_ignoring_child(token: str, ready: Path) -> str:
+    child = (
+        "import signal, time, pathlib\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        f"time.sleep(300)  # {token}\n"
+    )
+    return f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {child!r}])\n"
+
+
+ATTACKS = {"setsid-double-fork": setsid_double_fork, "sigint-ignoring": sigint_ignoring_child}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+async def test_processes_the_script_started_are_gone_after_a_time_limit_stop(
+    make_runtime: MakeRuntime, tmp_path: Path, attack: str
+) -> None:
+    token = f"tok-{secrets.token_hex(6)}"
+    ready = tmp_path / "ready"
+    runtime = await make_runtime(mounts={tmp_path: "rw"})
+    script = ATTACKS[attack](token, ready) + "import time\ntime.sleep(60)\n"
+    result = await runtime.run(script, time_limit=5)
+    assert result.status == "time_limit", result.text
+    assert ready.exists(), "the attack had not started its process when the script stopped"
+    await eventually(lambda: not processes_with(token), 1.0, "a process outlived the stop")
+    # The interpreter itself stays: only what the script started is gone.
+    after = await runtime.run("1 + 1")
+    assert after.value == "2"
+
+
+async def test_a_setsid_double_fork_is_gone_after_the_runtime_closes(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    token = f"tok-{secrets.token_hex(6)}"
+    ready = tmp_path / "ready"
+    runtime = await make_runtime(mounts={tmp_path: "rw"})
+    result = await runtime.run(setsid_double_fork(token, ready))
+    assert result.status == "ok", result.text
+    await eventually(lambda: bool(processes_with(token)), 10, "the daemon did not appear")
+    await runtime.aclose()
+    await eventually(lambda: not processes_with(token), 1.0, "the daemon outlived the runtime")
+
+
+async def test_a_fork_bomb_is_held_to_the_process_limit_and_ends_with_the_stop(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime(limits={"processes": 50})
+    await runtime.run("1")
+    interpreter = runtime.shell("default")._interpreter
+    assert interpreter is not None and interpreter.pid is not None
+    init = psutil.Process(interpreter.pid)
+    result = await runtime.run(
+        "import os, time\n"
+        "made = 0\n"
+        "for _ in range(10_000):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if pid == 0:\n"
+        "        time.sleep(300)\n"
+        "        os._exit(0)\n"
+        "    made += 1\n"
+        "    print('made', made, flush=True)\n"
+        "time.sleep(60)\n",
+        time_limit=5,
+    )
+    assert result.status == "time_limit", result.text
+    made = int(result.stdout.split()[-1])
+    assert 0 < made < 50, made
+
+    def bomb_gone() -> bool:
+        try:
+            alive = [
+                child
+                for child in init.children(recursive=True)
+                if child.status() != psutil.STATUS_ZOMBIE
+            ]
+            return len(alive) <= 1  # the kernel, if it was kept
+        except psutil.NoSuchProcess:
+            return True  # the interpreter was killed, and its namespace with it
+
+    await eventually(bomb_gone, 1.0, "forked processes outlived the stop")
+
+
+async def test_a_spinning_thread_makes_the_stop_replace_the_interpreter(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime()
+    first = await runtime.run(
+        "import threading\n"
+        "def spin():\n"
+        "    while True:\n"
+        "        pass\n"
+        "threading.Thread(target=spin, daemon=True).start()\n"
+        "import time\n"
+        "time.sleep(60)\n",
+        time_limit=1,
+    )
+    assert first.status == "time_limit", first.text
+    assert "thread" in first.note and "state" in first.note, first.note
+    interpreter = runtime.shell("default")._interpreter
+    assert interpreter is None or not interpreter.alive
+    after = await runtime.run("threading")
+    assert after.status == "error"  # a fresh interpreter: the old namespace is gone
+    assert after.generation == first.generation + 1
+    assert "fresh interpreter" in after.note
+
+
+HOST = """
+import asyncio, os
+from toolscript import Runtime
+
+async def main():
+    runtime = Runtime(journal=":memory:", sandbox="required")
+    await runtime.start()
+    task = asyncio.create_task(runtime.run(os.environ["SCRIPT"], time_limit=300))
+    await asyncio.sleep(0)
+    print("running", flush=True)
+    await task
+
+asyncio.run(main())
+"""
+
+
+async def test_every_sandbox_process_is_gone_within_a_second_of_the_hosts_sigkill(
+    tmp_path: Path,
+) -> None:
+    token = f"tok-{secrets.token_hex(6)}"
+    script = (
+        "import subprocess, sys, os, time\n"
+        f"subprocess.Popen({sleeper(token)}, start_new_session=True)\n"
+        "time.sleep(300)\n"
+    )
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "SCRIPT": script},
+    )
+    try:
+        await eventually(lambda: bool(processes_with(token)), 20, "the script did not start")
+        descendants = psutil.Process(host.pid).children(recursive=True)
+        assert descendants
+        host.send_signal(signal.SIGKILL)
+        host.wait(5)
+
+        def alive(process: psutil.Process) -> bool:
+            try:
+                return process.status() != psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                return False
+
+        def all_gone() -> bool:
+            return not any(map(alive, descendants)) and not processes_with(token)
+
+        await eventually(all_gone, 1.0, "a sandbox process outlived the host")
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(5)
