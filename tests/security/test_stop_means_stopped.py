@@ -202,3 +202,17 @@ async def test_every_sandbox_process_is_gone_within_a_second_of_the_hosts_sigkil
         if host.poll() is None:
             host.kill()
             host.wait(5)
+
+
+async def test_a_setsid_double_fork_is_gone_after_its_shell_is_closed(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    token = f"tok-{secrets.token_hex(6)}"
+    ready = tmp_path / "ready"
+    runtime = await make_runtime(mounts={tmp_path: "rw"})
+    shell = runtime.shell("doomed")
+    result = await shell.run(setsid_double_fork(token, ready))
+    assert result.status == "ok", result.text
+    await eventually(lambda: bool(processes_with(token)), 10, "the daemon did not appear")
+    await shell.close()
+    await eventually(lambda: not processes_with(token), 1.0, "the daemon outlived its shell")
