@@ -55,8 +55,12 @@ def serve_args(folder: Path, *extra: str) -> list[str]:
 
 
 def environment(folder: Path) -> dict[str, str]:
-    """The server's environment: its state (logs) under the test's folder."""
-    return {"TOOLSCRIPT_STATE": str(folder / "state"), "PATH": os.environ.get("PATH", "")}
+    """The server's environment: its state (logs) under the test's folder, and the test's
+    `PYTHONPATH`, so that the server imports the toolscript under test."""
+    found = {"TOOLSCRIPT_STATE": str(folder / "state"), "PATH": os.environ.get("PATH", "")}
+    if "PYTHONPATH" in os.environ:
+        found["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return found
 
 
 def stdio_server(folder: Path) -> StdioServerParameters:
