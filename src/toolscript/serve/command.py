@@ -21,6 +21,7 @@ import typer
 
 from ..tools.references import ToolReferenceError, load_tools
 from .auth import TokenFileError, load_or_create_token
+from .hosts import HostCheck
 
 __all__ = ["parse_address", "serve_command"]
 
@@ -106,6 +107,27 @@ def serve_command(
             "when it does not exist. Without it a token is made for this run and shown once.",
         ),
     ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="With --http: another name the server answers to in the Host header, as "
+            "NAME or NAME:PORT (without a port, any port), for a proxy that forwards its own "
+            "name. Repeatable. Without it, only the address it listens on is answered "
+            "(127.0.0.1, localhost and [::1] for loopback); other requests get 421.",
+            metavar="NAME[:PORT]",
+        ),
+    ] = None,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-origin",
+            help="With --http: a web origin (scheme://NAME[:PORT]) whose pages may call the "
+            "server. Repeatable. Without it, a request with an Origin header other than the "
+            "server's own gets 403.",
+            metavar="ORIGIN",
+        ),
+    ] = None,
     journal: Annotated[
         str | None,
         typer.Option("--journal", help="Journal file, or ':memory:' (default: the state dir)."),
@@ -117,12 +139,24 @@ def serve_command(
         specs = load_tools(tools)
     except ToolReferenceError as error:
         raise typer.BadParameter(str(error), param_hint="--tools") from None
-    if token_file is not None and http is None:
-        raise typer.BadParameter("--token-file goes with --http", param_hint="--token-file")
+    for name, given in (
+        ("--token-file", token_file),
+        ("--allow-host", allow_host),
+        ("--allow-origin", allow_origin),
+    ):
+        if given and http is None:
+            raise typer.BadParameter(f"{name} goes with --http", param_hint=name)
+    allowed_hosts, allowed_origins = list(allow_host or ()), list(allow_origin or ())
     listener: socket.socket | None = None
     token = ""
+    bound_as = LOOPBACK
     if http is not None:
         host, port = parse_address(http)
+        bound_as = host
+        try:
+            HostCheck.for_bind(host, port, allow_hosts=allowed_hosts, allow_origins=allowed_origins)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="--allow-host/--allow-origin") from None
         try:
             found = load_or_create_token(token_file)
         except TokenFileError as error:
@@ -154,10 +188,16 @@ def serve_command(
                 await served.serve_stdio()
                 return
             served = ToolscriptServer(rt, transport="http")
-            host, port = listener.getsockname()[:2]
-            shown = f"[{host}]" if ":" in host else host
+            address, port = listener.getsockname()[:2]
+            shown = f"[{address}]" if ":" in address else address
             _say(f"serving MCP at http://{shown}:{port}/mcp")
-            await served.serve_http(listener, token, host)
+            await served.serve_http(
+                listener,
+                token,
+                bound_as,
+                allow_hosts=allowed_hosts,
+                allow_origins=allowed_origins,
+            )
 
     with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
         asyncio.run(main())

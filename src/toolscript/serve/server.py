@@ -28,7 +28,7 @@ import itertools
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Iterable
 from typing import Any, Literal
 
 import mcp.types as types
@@ -38,6 +38,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp
 
@@ -50,6 +51,7 @@ from .description import (
     matching_stubs,
     run_python_description,
 )
+from .hosts import HostCheck, HostGate
 from .session import Session
 
 __all__ = ["INSTRUCTIONS", "ToolscriptServer"]
@@ -143,18 +145,48 @@ class ToolscriptServer:
         finally:
             await self.aclose()
 
-    def http_app(self, token: str, host: str = "127.0.0.1") -> ASGIApp:
-        """The streamable HTTP app on path `/mcp`, behind the bearer-token gate."""
-        app = self.server.streamable_http_app(streamable_http_path="/mcp", host=host)
-        return BearerTokenGate(app, token)
+    def http_app(
+        self,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        allow_hosts: Iterable[str] = (),
+        allow_origins: Iterable[str] = (),
+    ) -> ASGIApp:
+        """The streamable HTTP app on path `/mcp`, for a server bound to (`host`, `port`).
+
+        A request is let in only when its `Host` names the server (and its `Origin`, if any,
+        is the server's own or in `allow_origins`; see `toolscript.serve.hosts`), and then only
+        with the bearer token. `allow_hosts` are extra `NAME[:PORT]` values for `Host`.
+        """
+        check = HostCheck.for_bind(host, port, allow_hosts=allow_hosts, allow_origins=allow_origins)
+        app = self.server.streamable_http_app(
+            streamable_http_path="/mcp",
+            host=host,
+            # The SDK's own check is on for a loopback bind only, and could not admit
+            # --allow-host names there: HostGate checks every request instead.
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        return HostGate(BearerTokenGate(app, token), check)
 
     async def serve_http(
-        self, listener: socket.socket, token: str, host: str = "127.0.0.1"
+        self,
+        listener: socket.socket,
+        token: str,
+        host: str = "127.0.0.1",
+        *,
+        allow_hosts: Iterable[str] = (),
+        allow_origins: Iterable[str] = (),
     ) -> None:
-        """Serve streamable HTTP on a bound, listening socket until interrupted."""
-        config = uvicorn.Config(
-            self.http_app(token, host), log_level="warning", lifespan="on", access_log=False
-        )
+        """Serve streamable HTTP on a bound, listening socket until interrupted.
+
+        `host` is the address or name the socket was bound as; the other arguments are
+        `http_app`'s.
+        """
+        port = int(listener.getsockname()[1])
+        app = self.http_app(token, host, port, allow_hosts=allow_hosts, allow_origins=allow_origins)
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
         try:
             await uvicorn.Server(config).serve(sockets=[listener])
         finally:
