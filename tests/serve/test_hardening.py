@@ -6,16 +6,34 @@ The servers here bind 127.0.0.1 only; what a server bound elsewhere answers to i
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import httpx2
+import mcp.types as types
 import pytest
 
 from toolscript.serve.hosts import HostCheck
 
-from .conftest import client, handshake, http_server, mcp_headers, run, structured
+from .conftest import (
+    HANDSHAKE,
+    client,
+    environment,
+    handshake,
+    http_server,
+    mcp_headers,
+    run,
+    serve_args,
+    structured,
+)
 
 # -- which Host and Origin a server answers ----------------------------------------------------
 
@@ -207,3 +225,157 @@ async def test_an_allowed_host_name_and_origin_reach_the_server_and_others_do_no
                 )
                 assert not marker.exists()
                 assert refused.status_code == status, forged
+
+
+# -- a signal ends the server cleanly ----------------------------------------------------------
+
+STOP_BOUND = 20.0
+"""Seconds a signalled server gets to exit: the runtime's grace (5 s) before a kill, and more."""
+
+SLEEPER = "import time\ntime.sleep(60)"
+
+SIGNALS = pytest.mark.parametrize(
+    "signal_number", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"]
+)
+
+
+def _working_folders(temp: Path) -> list[str]:
+    return sorted(path.name for path in temp.iterdir() if path.name.startswith("toolscript-"))
+
+
+def _assert_closed_journal(journal: Path, script_ids: list[str]) -> None:
+    with contextlib.closing(sqlite3.connect(journal)) as database:
+        hosts = database.execute("SELECT host_id, ended_at FROM hosts").fetchall()
+        statuses = dict(database.execute("SELECT script_id, status FROM scripts").fetchall())
+    assert hosts and all(ended_at is not None for _, ended_at in hosts), hosts
+    for script_id in script_ids:
+        assert statuses[script_id] == "cancelled", statuses
+
+
+@SIGNALS
+@pytest.mark.timeout(90)
+async def test_a_signal_ends_serve_over_http_with_its_scripts_stopped_folder_removed_and_journal_closed(
+    tmp_path: Path, signal_number: int
+) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    answers: dict[str, types.CallToolResult] = {}
+    progressed = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        progressed.set()
+
+    async with http_server(tmp_path, env={"TMPDIR": str(temp)}) as server:
+        assert len(_working_folders(temp)) == 1
+        async with client(server.transport()) as session:
+            background = await run(session, SLEEPER, background=True)
+
+            async def foreground() -> None:
+                answers["run"] = await session.call_tool(
+                    "run_python", {"code": SLEEPER}, progress_callback=on_progress
+                )
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(foreground)
+                with anyio.fail_after(30):
+                    await progressed.wait()  # the run is under way
+                server.process.send_signal(signal_number)
+                with anyio.fail_after(STOP_BOUND):
+                    returncode = await server.process.wait()
+    assert returncode == 0
+    assert _working_folders(temp) == []
+    ran = structured(answers["run"])
+    assert ran["status"] == "cancelled"  # the run in progress was answered, not dropped
+    _assert_closed_journal(
+        tmp_path / "journal.sqlite3", [ran["script_id"], structured(background)["script_id"]]
+    )
+
+
+class _Lines:
+    """JSON-RPC messages read line by line from a server's stdout."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.buffered = b""
+
+    async def next(self) -> dict[str, Any] | None:
+        """The next message, or None at end of output."""
+        while b"\n" not in self.buffered:
+            try:
+                self.buffered += await self.stream.receive()
+            except anyio.EndOfStream:
+                return None
+        line, _, self.buffered = self.buffered.partition(b"\n")
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    async def answer(self, request_id: int) -> dict[str, Any]:
+        """The answer to request `request_id`, skipping notifications."""
+        while True:
+            message = await self.next()
+            assert message is not None, f"the server ended without answering {request_id}"
+            if message.get("id") == request_id:
+                return message
+
+
+@SIGNALS
+@pytest.mark.timeout(90)
+async def test_a_signal_ends_serve_over_stdio_with_its_scripts_stopped_folder_removed_and_journal_closed(
+    tmp_path: Path, signal_number: int
+) -> None:
+    # The client keeps stdin open and idle: the server must end without its next line.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    process = await anyio.open_process(
+        [sys.executable, *serve_args(tmp_path)],
+        env={**os.environ, **environment(tmp_path), "TMPDIR": str(temp)},
+    )
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        lines = _Lines(process.stdout)
+
+        async def send(message: dict[str, Any]) -> None:
+            assert process.stdin is not None
+            await process.stdin.send(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+
+        def run_python(request_id: int, code: str, **more: Any) -> dict[str, Any]:
+            arguments = {"code": code, **more}
+            params = {"name": "run_python", "arguments": arguments, "_meta": {"progressToken": 1}}
+            return {"id": request_id, "method": "tools/call", "params": params}
+
+        with anyio.fail_after(30):
+            await send(
+                {
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": HANDSHAKE,
+                        "capabilities": {},
+                        "clientInfo": {"name": "test", "version": "0"},
+                    },
+                }
+            )
+            await lines.answer(1)
+            await send({"method": "notifications/initialized"})
+            assert len(_working_folders(temp)) == 1
+            await send(run_python(2, SLEEPER, background=True))
+            background = (await lines.answer(2))["result"]["structuredContent"]
+            await send(run_python(3, SLEEPER))
+            while (await lines.next() or {}).get("method") != "notifications/progress":
+                pass  # the run is under way once it reports progress
+        process.send_signal(signal_number)
+        with anyio.fail_after(STOP_BOUND):
+            ran = (await lines.answer(3))["result"]["structuredContent"]
+            while await lines.next() is not None:
+                pass
+            returncode = await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert returncode == 0
+    assert _working_folders(temp) == []
+    assert ran["status"] == "cancelled"  # the run in progress was answered, not dropped
+    _assert_closed_journal(
+        tmp_path / "journal.sqlite3", [ran["script_id"], background["script_id"]]
+    )

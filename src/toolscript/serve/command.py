@@ -14,6 +14,7 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -179,15 +180,25 @@ def serve_command(
         from ..runtime import Runtime
         from .server import ToolscriptServer
 
+        served: ToolscriptServer | None = None
+        signalled = False
+
+        def stop() -> None:
+            nonlocal signalled
+            signalled = True
+            if served is not None:
+                served.stop()
+
+        _stop_on_signals(stop)
         async with Runtime(tools=specs, mcp_config=mcp_config, journal=journal) as rt:
             for server, reason in rt.mcp_failures.items():
                 _say(f"MCP server {server!r} did not start: {reason}")
+            served = ToolscriptServer(rt, transport="stdio" if listener is None else "http")
+            if signalled:  # while the runtime was starting
+                served.stop()
             if listener is None:
-                served = ToolscriptServer(rt, transport="stdio")
-                _stop_on_sigterm()
                 await served.serve_stdio()
                 return
-            served = ToolscriptServer(rt, transport="http")
             address, port = listener.getsockname()[:2]
             shown = f"[{address}]" if ":" in address else address
             _say(f"serving MCP at http://{shown}:{port}/mcp")
@@ -203,12 +214,21 @@ def serve_command(
         asyncio.run(main())
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM ends the stdio server like end of input: scripts stopped, servers closed."""
-    task = asyncio.current_task()
-    if task is not None:
+def _stop_on_signals(stop: Callable[[], None]) -> None:
+    """SIGTERM and SIGINT call `stop`: the server ends like at the end of its input, and
+    `Runtime` closes (scripts stopped, journal closed, working folder removed) before the
+    process exits with status 0. A second SIGINT interrupts that cleanup at once (Ctrl-C
+    twice); another SIGTERM changes nothing, the cleanup being bounded already."""
+    loop = asyncio.get_running_loop()
+
+    def first() -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+            loop.remove_signal_handler(signal.SIGINT)
+        stop()
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(number, first)
 
 
 def _say(text: str) -> None:

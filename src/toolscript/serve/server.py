@@ -28,9 +28,10 @@ import itertools
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Coroutine, Iterable
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+from typing import IO, Any, Literal, cast
 
+import anyio
 import mcp.types as types
 import uvicorn
 from mcp.server.connection import Connection
@@ -53,6 +54,7 @@ from .description import (
 )
 from .hosts import HostCheck, HostGate
 from .session import Session
+from .stdin import StdinLines
 
 __all__ = ["INSTRUCTIONS", "ToolscriptServer"]
 
@@ -65,6 +67,9 @@ INSTRUCTIONS = (
 )
 
 _SESSION_KEY = "toolscript.session"
+
+HTTP_SHUTDOWN_DRAIN = 1
+"""Seconds open HTTP responses (a client's idle event stream) get once the sessions ended."""
 
 ABANDONED_STOP_MARGIN = 2.0
 """Seconds beyond the runtime's grace period a run waits for an abandoned run to be stopped."""
@@ -86,6 +91,15 @@ class _Server(Server[Any]):
             experimental_capabilities,
             extensions,
         )
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server without its signal handlers, which would end the process on SIGTERM
+    before the runtime is closed: `toolscript serve` calls `ToolscriptServer.stop` instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class ToolscriptServer:
@@ -130,19 +144,30 @@ class ToolscriptServer:
         self._stateless: Session | None = None
         self._numbers = itertools.count(1)
         self._tasks: set[asyncio.Future[Any]] = set()
+        self._stopping = False
+        self._stopped = False
+        self._stopper: asyncio.Future[None] | None = None
+        self._end_transport: Callable[[], None] | None = None
         self._tools = self._tool_list()
         runtime.on_catalogue_change(self._catalogue_changed)
 
     # -- serving -----------------------------------------------------------------------------
 
     async def serve_stdio(self) -> None:
-        """Serve one client over this process's stdin and stdout until stdin closes."""
+        """Serve one client over this process's stdin and stdout until stdin closes or `stop()`."""
         from mcp.server.stdio import stdio_server
 
         try:
-            async with stdio_server() as (read, write):
-                await self.server.run(read, write, self.server.create_initialization_options())
+            with StdinLines.claim() as lines:
+                self._end_transport = lines.end
+                if self._stopped:
+                    lines.end()
+                # AsyncFile calls only `readline` (in a worker thread) and `close` on it.
+                stdin = anyio.AsyncFile(cast("IO[str]", lines))
+                async with stdio_server(stdin=stdin) as (read, write):
+                    await self.server.run(read, write, self.server.create_initialization_options())
         finally:
+            self._end_transport = None
             await self.aclose()
 
     def http_app(
@@ -186,11 +211,46 @@ class ToolscriptServer:
         """
         port = int(listener.getsockname()[1])
         app = self.http_app(token, host, port, allow_hosts=allow_hosts, allow_origins=allow_origins)
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+            timeout_graceful_shutdown=HTTP_SHUTDOWN_DRAIN,
+        )
+        server = _Uvicorn(config)
+
+        def end() -> None:
+            server.should_exit = True
+
+        self._end_transport = end
+        if self._stopped:
+            end()
         try:
-            await uvicorn.Server(config).serve(sockets=[listener])
+            await server.serve(sockets=[listener])
         finally:
+            self._end_transport = None
             await self.aclose()
+
+    def stop(self) -> None:
+        """End serving, as `toolscript serve` does on SIGTERM and SIGINT. Returns at once.
+
+        New tool calls are refused; every session is closed (its scripts stopped: a run in
+        progress is answered as cancelled); then the transport ends, so `serve_stdio` or
+        `serve_http` returns. Call it on the serving event loop; calling it again does nothing.
+        """
+        if self._stopping:
+            return
+        self._stopping = True
+        self._stopper = asyncio.ensure_future(self._stop())
+
+    async def _stop(self) -> None:
+        try:
+            await self.aclose()
+        finally:
+            self._stopped = True
+            if self._end_transport is not None:
+                self._end_transport()
 
     async def aclose(self) -> None:
         """End every session: cancel their background scripts, stop their interpreters."""
@@ -300,6 +360,8 @@ class ToolscriptServer:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        if self._stopping:
+            return _refusal("toolscript serve is shutting down; nothing was run.")
         arguments = params.arguments or {}
         session = self._session_for(ctx)
         if params.name == "run_python":
