@@ -170,11 +170,11 @@ async def http_server(
                 await process.wait()
 
 
-async def handshake(http: httpx2.AsyncClient, server: HTTPServer) -> str:
-    """Open a session by hand (with the token), refused first without it; its id."""
-    initialize = {
+def initialize_request(request_id: int) -> dict[str, Any]:
+    """The JSON-RPC `initialize` request a raw client opens with."""
+    return {
         "jsonrpc": "2.0",
-        "id": 1,
+        "id": request_id,
         "method": "initialize",
         "params": {
             "protocolVersion": HANDSHAKE,
@@ -182,6 +182,11 @@ async def handshake(http: httpx2.AsyncClient, server: HTTPServer) -> str:
             "clientInfo": {"name": "test", "version": "0"},
         },
     }
+
+
+async def handshake(http: httpx2.AsyncClient, server: HTTPServer) -> str:
+    """Open a session by hand (with the token), refused first without it; its id."""
+    initialize = initialize_request(1)
     refused = await http.post(server.url, json=initialize, headers=mcp_headers(None))
     assert refused.status_code == 401
     assert "mcp-session-id" not in refused.headers

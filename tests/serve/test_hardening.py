@@ -24,11 +24,11 @@ import pytest
 from toolscript.serve.hosts import HostCheck
 
 from .conftest import (
-    HANDSHAKE,
     client,
     environment,
     handshake,
     http_server,
+    initialize_request,
     mcp_headers,
     run,
     serve_args,
@@ -344,17 +344,7 @@ async def test_a_signal_ends_serve_over_stdio_with_its_scripts_stopped_folder_re
             return {"id": request_id, "method": "tools/call", "params": params}
 
         with anyio.fail_after(30):
-            await send(
-                {
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": HANDSHAKE,
-                        "capabilities": {},
-                        "clientInfo": {"name": "test", "version": "0"},
-                    },
-                }
-            )
+            await send(initialize_request(1))
             await lines.answer(1)
             await send({"method": "notifications/initialized"})
             assert len(_working_folders(temp)) == 1

@@ -204,10 +204,11 @@ class ToolscriptServer:
         allow_hosts: Iterable[str] = (),
         allow_origins: Iterable[str] = (),
     ) -> None:
-        """Serve streamable HTTP on a bound, listening socket until interrupted.
+        """Serve streamable HTTP on a bound, listening socket until `stop()` or cancelled.
 
         `host` is the address or name the socket was bound as; the other arguments are
-        `http_app`'s.
+        `http_app`'s. It installs no signal handlers: `toolscript serve` has SIGTERM and
+        SIGINT call `stop()`.
         """
         port = int(listener.getsockname()[1])
         app = self.http_app(token, host, port, allow_hosts=allow_hosts, allow_origins=allow_origins)
