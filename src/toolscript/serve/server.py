@@ -174,8 +174,8 @@ class ToolscriptServer:
         self,
         token: str,
         host: str = "127.0.0.1",
-        port: int = 0,
         *,
+        port: int,
         allow_hosts: Iterable[str] = (),
         allow_origins: Iterable[str] = (),
     ) -> ASGIApp:
@@ -211,7 +211,9 @@ class ToolscriptServer:
         SIGINT call `stop()`.
         """
         port = int(listener.getsockname()[1])
-        app = self.http_app(token, host, port, allow_hosts=allow_hosts, allow_origins=allow_origins)
+        app = self.http_app(
+            token, host, port=port, allow_hosts=allow_hosts, allow_origins=allow_origins
+        )
         config = uvicorn.Config(
             app,
             log_level="warning",
