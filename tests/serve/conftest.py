@@ -27,6 +27,9 @@ from mcp.client.streamable_http import streamable_http_client
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(ROOT / "tests" / "mcp_servers" / "demo_server.py")
 
+HANDSHAKE = "2025-11-25"
+"""The protocol version raw HTTP requests in these tests speak."""
+
 START_BOUND = 30.0
 """Seconds a server gets to start (the runtime, the upstream server, the first kernel)."""
 
@@ -55,8 +58,12 @@ def serve_args(folder: Path, *extra: str) -> list[str]:
 
 
 def environment(folder: Path) -> dict[str, str]:
-    """The server's environment: its state (logs) under the test's folder."""
-    return {"TOOLSCRIPT_STATE": str(folder / "state"), "PATH": os.environ.get("PATH", "")}
+    """The server's environment: its state (logs) under the test's folder, and the test's
+    `PYTHONPATH`, so that the server imports the toolscript under test."""
+    found = {"TOOLSCRIPT_STATE": str(folder / "state"), "PATH": os.environ.get("PATH", "")}
+    if "PYTHONPATH" in os.environ:
+        found["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return found
 
 
 def stdio_server(folder: Path) -> StdioServerParameters:
@@ -110,24 +117,28 @@ class HTTPServer:
     said: list[str]
     process: Process
 
-    def transport(self, token: str | None = None) -> Any:
-        """A streamable HTTP transport that sends `token` (by default the right one)."""
-        headers = {"Authorization": f"Bearer {token if token is not None else self.token}"}
-        return streamable_http_client(self.url, http_client=httpx2.AsyncClient(headers=headers))
+    def transport(self, token: str | None = None, *, headers: dict[str, str] | None = None) -> Any:
+        """A streamable HTTP transport that sends `token` (by default the right one), and
+        `headers` on every request."""
+        sent = {"Authorization": f"Bearer {token if token is not None else self.token}"}
+        sent.update(headers or {})
+        return streamable_http_client(self.url, http_client=httpx2.AsyncClient(headers=sent))
 
 
 @contextlib.asynccontextmanager
-async def http_server(folder: Path) -> AsyncIterator[HTTPServer]:
-    """`toolscript serve --http 127.0.0.1:0 --token-file F` in a subprocess."""
+async def http_server(
+    folder: Path, *extra: str, env: dict[str, str] | None = None
+) -> AsyncIterator[HTTPServer]:
+    """`toolscript serve --http 127.0.0.1:0 --token-file F [extra...]` in a subprocess."""
     token_file = folder / "token"
     process = await anyio.open_process(
         [
             sys.executable,
-            *serve_args(folder, "--http", "127.0.0.1:0", "--token-file", str(token_file)),
+            *serve_args(folder, "--http", "127.0.0.1:0", "--token-file", str(token_file), *extra),
         ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        env={**os.environ, **environment(folder)},
+        env={**os.environ, **environment(folder), **(env or {})},
     )
     said: list[str] = []
     try:
@@ -157,6 +168,50 @@ async def http_server(folder: Path) -> AsyncIterator[HTTPServer]:
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+
+
+def initialize_request(request_id: int) -> dict[str, Any]:
+    """The JSON-RPC `initialize` request a raw client opens with."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": HANDSHAKE,
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+
+
+async def handshake(http: httpx2.AsyncClient, server: HTTPServer) -> str:
+    """Open a session by hand (with the token), refused first without it; its id."""
+    initialize = initialize_request(1)
+    refused = await http.post(server.url, json=initialize, headers=mcp_headers(None))
+    assert refused.status_code == 401
+    assert "mcp-session-id" not in refused.headers
+    token = {"Authorization": f"Bearer {server.token}"}
+    opened = await http.post(server.url, json=initialize, headers={**mcp_headers(None), **token})
+    assert opened.status_code == 200, opened.text
+    session_id = opened.headers["mcp-session-id"]
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    ready = await http.post(
+        server.url, json=initialized, headers={**mcp_headers(session_id), **token}
+    )
+    assert ready.status_code == 202
+    return str(session_id)
+
+
+def mcp_headers(session_id: str | None) -> dict[str, str]:
+    """The headers of a raw streamable HTTP request (without the token)."""
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": HANDSHAKE,
+    }
+    if session_id is not None:
+        headers["Mcp-Session-Id"] = session_id
+    return headers
 
 
 async def run(client: Client, code: str, **arguments: Any) -> types.CallToolResult:

@@ -11,9 +11,7 @@ import anyio
 import httpx2
 import pytest
 
-from .conftest import HTTPServer, client, http_server, notes, run, structured
-
-HANDSHAKE = "2025-11-25"
+from .conftest import client, handshake, http_server, mcp_headers, notes, run, structured
 
 
 @pytest.mark.timeout(45)
@@ -78,7 +76,7 @@ async def test_a_request_without_the_right_token_gets_401_and_runs_nothing(
         },
     }
     async with http_server(tmp_path) as server, httpx2.AsyncClient(timeout=30) as http:
-        session_id = await _handshake(http, server)
+        session_id = await handshake(http, server)
         bad_headers: list[dict[str, str]] = [
             {},
             {"Authorization": "Bearer not-the-token"},
@@ -87,7 +85,7 @@ async def test_a_request_without_the_right_token_gets_401_and_runs_nothing(
         ]
         for bad in bad_headers:
             refused = await http.post(
-                server.url, json=call, headers={**_headers(session_id), **bad}
+                server.url, json=call, headers={**mcp_headers(session_id), **bad}
             )
             assert refused.status_code == 401, bad
             assert refused.headers["www-authenticate"].startswith("Bearer")
@@ -95,7 +93,7 @@ async def test_a_request_without_the_right_token_gets_401_and_runs_nothing(
         allowed = await http.post(
             server.url,
             json=call,
-            headers={**_headers(session_id), "Authorization": f"Bearer {server.token}"},
+            headers={**mcp_headers(session_id), "Authorization": f"Bearer {server.token}"},
         )
         assert allowed.status_code == 200
         assert marker.read_text() == "ran"  # the same request with the token does run
@@ -116,39 +114,3 @@ async def test_closing_a_client_session_reclaims_its_interpreter(tmp_path: Path)
                 await anyio.wait_readable(descriptor)  # readable once the process has ended
         finally:
             os.close(descriptor)
-
-
-async def _handshake(http: httpx2.AsyncClient, server: HTTPServer) -> str:
-    """Open a session by hand (with the token), refused first without it; its id."""
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": HANDSHAKE,
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"},
-        },
-    }
-    refused = await http.post(server.url, json=initialize, headers=_headers(None))
-    assert refused.status_code == 401
-    assert "mcp-session-id" not in refused.headers
-    token = {"Authorization": f"Bearer {server.token}"}
-    opened = await http.post(server.url, json=initialize, headers={**_headers(None), **token})
-    assert opened.status_code == 200, opened.text
-    session_id = opened.headers["mcp-session-id"]
-    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    ready = await http.post(server.url, json=initialized, headers={**_headers(session_id), **token})
-    assert ready.status_code == 202
-    return session_id
-
-
-def _headers(session_id: str | None) -> dict[str, str]:
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "Content-Type": "application/json",
-        "MCP-Protocol-Version": HANDSHAKE,
-    }
-    if session_id is not None:
-        headers["Mcp-Session-Id"] = session_id
-    return headers

@@ -14,6 +14,7 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +22,7 @@ import typer
 
 from ..tools.references import ToolReferenceError, load_tools
 from .auth import TokenFileError, load_or_create_token
+from .hosts import HostCheck
 
 __all__ = ["parse_address", "serve_command"]
 
@@ -106,6 +108,27 @@ def serve_command(
             "when it does not exist. Without it a token is made for this run and shown once.",
         ),
     ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="With --http: another name the server answers to in the Host header, as "
+            "NAME or NAME:PORT (without a port, any port), for a proxy that forwards its own "
+            "name. Repeatable. Without it, only the address it listens on is answered "
+            "(127.0.0.1, localhost and [::1] for loopback); other requests get 421.",
+            metavar="NAME[:PORT]",
+        ),
+    ] = None,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-origin",
+            help="With --http: a web origin (scheme://NAME[:PORT]) whose pages may call the "
+            "server. Repeatable. Without it, a request with an Origin header other than the "
+            "server's own gets 403.",
+            metavar="ORIGIN",
+        ),
+    ] = None,
     journal: Annotated[
         str | None,
         typer.Option("--journal", help="Journal file, or ':memory:' (default: the state dir)."),
@@ -117,12 +140,24 @@ def serve_command(
         specs = load_tools(tools)
     except ToolReferenceError as error:
         raise typer.BadParameter(str(error), param_hint="--tools") from None
-    if token_file is not None and http is None:
-        raise typer.BadParameter("--token-file goes with --http", param_hint="--token-file")
+    for name, given in (
+        ("--token-file", token_file),
+        ("--allow-host", allow_host),
+        ("--allow-origin", allow_origin),
+    ):
+        if given and http is None:
+            raise typer.BadParameter(f"{name} goes with --http", param_hint=name)
+    allowed_hosts, allowed_origins = list(allow_host or ()), list(allow_origin or ())
     listener: socket.socket | None = None
     token = ""
+    bound_as = LOOPBACK
     if http is not None:
         host, port = parse_address(http)
+        bound_as = host
+        try:
+            HostCheck.for_bind(host, port, allow_hosts=allowed_hosts, allow_origins=allowed_origins)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="--allow-host/--allow-origin") from None
         try:
             found = load_or_create_token(token_file)
         except TokenFileError as error:
@@ -145,30 +180,55 @@ def serve_command(
         from ..runtime import Runtime
         from .server import ToolscriptServer
 
+        served: ToolscriptServer | None = None
+        signalled = False
+
+        def stop() -> None:
+            nonlocal signalled
+            signalled = True
+            if served is not None:
+                served.stop()
+
+        _stop_on_signals(stop)
         async with Runtime(tools=specs, mcp_config=mcp_config, journal=journal) as rt:
             for server, reason in rt.mcp_failures.items():
                 _say(f"MCP server {server!r} did not start: {reason}")
+            served = ToolscriptServer(rt, transport="stdio" if listener is None else "http")
+            if signalled:  # while the runtime was starting
+                served.stop()
             if listener is None:
-                served = ToolscriptServer(rt, transport="stdio")
-                _stop_on_sigterm()
                 await served.serve_stdio()
                 return
-            served = ToolscriptServer(rt, transport="http")
-            host, port = listener.getsockname()[:2]
-            shown = f"[{host}]" if ":" in host else host
+            address, port = listener.getsockname()[:2]
+            shown = f"[{address}]" if ":" in address else address
             _say(f"serving MCP at http://{shown}:{port}/mcp")
-            await served.serve_http(listener, token, host)
+            await served.serve_http(
+                listener,
+                token,
+                bound_as,
+                allow_hosts=allowed_hosts,
+                allow_origins=allowed_origins,
+            )
 
     with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
         asyncio.run(main())
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM ends the stdio server like end of input: scripts stopped, servers closed."""
-    task = asyncio.current_task()
-    if task is not None:
+def _stop_on_signals(stop: Callable[[], None]) -> None:
+    """SIGTERM and SIGINT call `stop`: the server ends like at the end of its input, and
+    `Runtime` closes (scripts stopped, journal closed, working folder removed) before the
+    process exits with status 0. A second SIGINT interrupts that cleanup at once (Ctrl-C
+    twice); another SIGTERM changes nothing, the cleanup being bounded already."""
+    loop = asyncio.get_running_loop()
+
+    def first() -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+            loop.remove_signal_handler(signal.SIGINT)
+        stop()
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(number, first)
 
 
 def _say(text: str) -> None:

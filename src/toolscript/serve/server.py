@@ -28,9 +28,10 @@ import itertools
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Coroutine
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+from typing import IO, Any, Literal, cast
 
+import anyio
 import mcp.types as types
 import uvicorn
 from mcp.server.connection import Connection
@@ -38,6 +39,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp
 
@@ -50,7 +52,9 @@ from .description import (
     matching_stubs,
     run_python_description,
 )
+from .hosts import HostCheck, HostGate
 from .session import Session
+from .stdin import StdinLines
 
 __all__ = ["INSTRUCTIONS", "ToolscriptServer"]
 
@@ -63,6 +67,9 @@ INSTRUCTIONS = (
 )
 
 _SESSION_KEY = "toolscript.session"
+
+HTTP_SHUTDOWN_DRAIN = 1
+"""Seconds open HTTP responses (a client's idle event stream) get once the sessions ended."""
 
 ABANDONED_STOP_MARGIN = 2.0
 """Seconds beyond the runtime's grace period a run waits for an abandoned run to be stopped."""
@@ -84,6 +91,15 @@ class _Server(Server[Any]):
             experimental_capabilities,
             extensions,
         )
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server without its signal handlers, which would end the process on SIGTERM
+    before the runtime is closed: `toolscript serve` calls `ToolscriptServer.stop` instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class ToolscriptServer:
@@ -128,37 +144,116 @@ class ToolscriptServer:
         self._stateless: Session | None = None
         self._numbers = itertools.count(1)
         self._tasks: set[asyncio.Future[Any]] = set()
+        self._stopping = False
+        self._stopped = False
+        self._stopper: asyncio.Future[None] | None = None
+        self._end_transport: Callable[[], None] | None = None
         self._tools = self._tool_list()
         runtime.on_catalogue_change(self._catalogue_changed)
 
     # -- serving -----------------------------------------------------------------------------
 
     async def serve_stdio(self) -> None:
-        """Serve one client over this process's stdin and stdout until stdin closes."""
+        """Serve one client over this process's stdin and stdout until stdin closes or `stop()`."""
         from mcp.server.stdio import stdio_server
 
         try:
-            async with stdio_server() as (read, write):
-                await self.server.run(read, write, self.server.create_initialization_options())
+            with StdinLines.claim() as lines:
+                self._end_transport = lines.end
+                if self._stopped:
+                    lines.end()
+                # AsyncFile calls only `readline` (in a worker thread) and `close` on it.
+                stdin = anyio.AsyncFile(cast("IO[str]", lines))
+                async with stdio_server(stdin=stdin) as (read, write):
+                    await self.server.run(read, write, self.server.create_initialization_options())
         finally:
+            self._end_transport = None
             await self.aclose()
 
-    def http_app(self, token: str, host: str = "127.0.0.1") -> ASGIApp:
-        """The streamable HTTP app on path `/mcp`, behind the bearer-token gate."""
-        app = self.server.streamable_http_app(streamable_http_path="/mcp", host=host)
-        return BearerTokenGate(app, token)
+    def http_app(
+        self,
+        token: str,
+        host: str = "127.0.0.1",
+        *,
+        port: int,
+        allow_hosts: Iterable[str] = (),
+        allow_origins: Iterable[str] = (),
+    ) -> ASGIApp:
+        """The streamable HTTP app on path `/mcp`, for a server bound to (`host`, `port`).
+
+        A request is let in only when its `Host` names the server (and its `Origin`, if any,
+        is the server's own or in `allow_origins`; see `toolscript.serve.hosts`), and then only
+        with the bearer token. `allow_hosts` are extra `NAME[:PORT]` values for `Host`.
+        """
+        check = HostCheck.for_bind(host, port, allow_hosts=allow_hosts, allow_origins=allow_origins)
+        app = self.server.streamable_http_app(
+            streamable_http_path="/mcp",
+            host=host,
+            # The SDK's own check is on for a loopback bind only, and could not admit
+            # --allow-host names there: HostGate checks every request instead.
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        return HostGate(BearerTokenGate(app, token), check)
 
     async def serve_http(
-        self, listener: socket.socket, token: str, host: str = "127.0.0.1"
+        self,
+        listener: socket.socket,
+        token: str,
+        host: str = "127.0.0.1",
+        *,
+        allow_hosts: Iterable[str] = (),
+        allow_origins: Iterable[str] = (),
     ) -> None:
-        """Serve streamable HTTP on a bound, listening socket until interrupted."""
-        config = uvicorn.Config(
-            self.http_app(token, host), log_level="warning", lifespan="on", access_log=False
+        """Serve streamable HTTP on a bound, listening socket until `stop()` or cancelled.
+
+        `host` is the address or name the socket was bound as; the other arguments are
+        `http_app`'s. It installs no signal handlers: `toolscript serve` has SIGTERM and
+        SIGINT call `stop()`.
+        """
+        port = int(listener.getsockname()[1])
+        app = self.http_app(
+            token, host, port=port, allow_hosts=allow_hosts, allow_origins=allow_origins
         )
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+            timeout_graceful_shutdown=HTTP_SHUTDOWN_DRAIN,
+        )
+        server = _Uvicorn(config)
+
+        def end() -> None:
+            server.should_exit = True
+
+        self._end_transport = end
+        if self._stopped:
+            end()
         try:
-            await uvicorn.Server(config).serve(sockets=[listener])
+            await server.serve(sockets=[listener])
         finally:
+            self._end_transport = None
             await self.aclose()
+
+    def stop(self) -> None:
+        """End serving, as `toolscript serve` does on SIGTERM and SIGINT. Returns at once.
+
+        New tool calls are refused; every session is closed (its scripts stopped: a run in
+        progress is answered as cancelled); then the transport ends, so `serve_stdio` or
+        `serve_http` returns. Call it on the serving event loop; calling it again does nothing.
+        """
+        if self._stopping:
+            return
+        self._stopping = True
+        self._stopper = asyncio.ensure_future(self._stop())
+
+    async def _stop(self) -> None:
+        try:
+            await self.aclose()
+        finally:
+            self._stopped = True
+            if self._end_transport is not None:
+                self._end_transport()
 
     async def aclose(self) -> None:
         """End every session: cancel their background scripts, stop their interpreters."""
@@ -268,6 +363,8 @@ class ToolscriptServer:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        if self._stopping:
+            return _refusal("toolscript serve is shutting down; nothing was run.")
         arguments = params.arguments or {}
         session = self._session_for(ctx)
         if params.name == "run_python":

@@ -1,0 +1,371 @@
+"""`toolscript serve --http` answers only to its own names, and stops cleanly on a signal.
+
+The servers here bind 127.0.0.1 only; what a server bound elsewhere answers to is checked on
+`HostCheck` itself, which is what the server asks for every request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+import mcp.types as types
+import pytest
+
+from toolscript.serve.hosts import HostCheck
+
+from .conftest import (
+    client,
+    environment,
+    handshake,
+    http_server,
+    initialize_request,
+    mcp_headers,
+    run,
+    serve_args,
+    structured,
+)
+
+# -- which Host and Origin a server answers ----------------------------------------------------
+
+
+def test_a_server_bound_to_another_address_answers_only_to_that_address_and_port() -> None:
+    check = HostCheck.for_bind("192.0.2.10", 8765)
+    assert check.refusal("192.0.2.10:8765", None) is None
+    assert check.refusal("192.0.2.10:8765", None, arrived_at="192.0.2.10") is None
+    for forged in [
+        "evil.example:8765",
+        "evil.example",
+        "192.0.2.10:8766",
+        "192.0.2.10",  # port 80, not the server's
+        "localhost:8765",  # not bound to loopback
+        "127.0.0.1:8765",
+        "192.0.2.10:8765@evil.example",
+        "",
+        None,
+    ]:
+        refusal = check.refusal(forged, None, arrived_at="192.0.2.10")
+        assert refusal is not None and refusal.status == 421, forged
+        assert "--allow-host" in refusal.message
+
+
+def test_a_server_bound_by_name_answers_to_that_name_and_its_address() -> None:
+    check = HostCheck.for_bind("Tools.Example.Lan", 8765)
+    assert check.refusal("tools.example.lan:8765", None) is None
+    assert check.refusal("TOOLS.example.lan:8765", None) is None
+    assert check.refusal("192.0.2.10:8765", None, arrived_at="192.0.2.10") is None
+    assert check.refusal("192.0.2.11:8765", None, arrived_at="192.0.2.10") is not None
+    assert check.refusal("evil.example:8765", None, arrived_at="192.0.2.10") is not None
+
+
+def test_a_server_bound_to_every_address_answers_to_the_address_a_connection_arrived_at() -> None:
+    for wildcard in ["0.0.0.0", "::"]:
+        check = HostCheck.for_bind(wildcard, 8765)
+        assert check.refusal("192.0.2.10:8765", None, arrived_at="192.0.2.10") is None
+        assert check.refusal("[2001:db8::1]:8765", None, arrived_at="2001:db8::1") is None
+        assert check.refusal("localhost:8765", None, arrived_at="127.0.0.1") is None
+        for forged in ["192.0.2.11:8765", "localhost:8765", "0.0.0.0:8765", "evil.example:8765"]:
+            refusal = check.refusal(forged, None, arrived_at="192.0.2.10")
+            assert refusal is not None and refusal.status == 421, (wildcard, forged)
+
+
+def test_a_loopback_server_answers_to_the_loopback_names_on_its_own_port_only() -> None:
+    check = HostCheck.for_bind("127.0.0.1", 8765)
+    for name in ["127.0.0.1:8765", "localhost:8765", "[::1]:8765", "LocalHost:8765"]:
+        assert check.refusal(name, None) is None, name
+    for forged in ["evil.example:8765", "localhost:3000", "127.0.0.1:8766", "[::1]", "::1"]:
+        refusal = check.refusal(forged, None)
+        assert refusal is not None and refusal.status == 421, forged
+
+
+@pytest.mark.parametrize("bound", ["192.0.2.10", "127.0.0.1", "0.0.0.0"])
+def test_a_foreign_origin_is_refused_with_403_whatever_the_bind(bound: str) -> None:
+    check = HostCheck.for_bind(bound, 8765)
+    host = "192.0.2.10:8765" if bound != "127.0.0.1" else "127.0.0.1:8765"
+    arrived = host.rpartition(":")[0]
+    assert check.refusal(host, f"http://{host}", arrived_at=arrived) is None  # its own
+    for foreign in [
+        "http://evil.example",
+        "https://evil.example:8765",
+        f"http://{arrived}:3000",  # another server on the same machine
+        "http://localhost:3000",
+        "null",
+        "file://",
+        "evil.example",
+    ]:
+        refusal = check.refusal(host, foreign, arrived_at=arrived)
+        assert refusal is not None and refusal.status == 403, (bound, foreign)
+        assert "--allow-origin" in refusal.message
+
+
+def test_allowed_hosts_and_origins_are_answered_besides_the_bound_address() -> None:
+    check = HostCheck.for_bind(
+        "192.0.2.10",
+        8765,
+        allow_hosts=["proxy.example", "other.example:9000", "[2001:db8::2]:443"],
+        allow_origins=["https://App.Example/", "http://localhost:6274"],
+    )
+    for allowed in [
+        "proxy.example",
+        "proxy.example:443",
+        "other.example:9000",
+        "[2001:db8::2]:443",
+    ]:
+        assert check.refusal(allowed, None) is None, allowed
+    for forged in ["other.example:9001", "other.example", "evil.example", "[2001:db8::2]:80"]:
+        refusal = check.refusal(forged, None)
+        assert refusal is not None and refusal.status == 421, forged
+    for origin in ["https://app.example", "http://localhost:6274", "https://proxy.example"]:
+        assert check.refusal("proxy.example", origin) is None, origin
+    for origin in ["https://evil.example", "http://localhost:6275", "https://app.example:8443"]:
+        refusal = check.refusal("proxy.example", origin)
+        assert refusal is not None and refusal.status == 403, origin
+
+
+def test_a_malformed_allowed_host_or_origin_is_an_error() -> None:
+    for hosts, origins in [
+        (["evil.example:port"], []),
+        (["a/b"], []),
+        ([""], []),
+        ([], ["app.example"]),
+        ([], ["ftp://app.example"]),
+        ([], ["https://app.example/path"]),
+    ]:
+        with pytest.raises(ValueError):
+            HostCheck.for_bind("127.0.0.1", 8765, allow_hosts=hosts, allow_origins=origins)
+
+
+# -- the same, end to end on 127.0.0.1 ---------------------------------------------------------
+
+
+def _marker_call(marker: Path) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {
+            "name": "run_python",
+            "arguments": {"code": f"open({str(marker)!r}, 'a').write('ran\\n')"},
+        },
+    }
+
+
+@pytest.mark.timeout(45)
+async def test_over_http_a_forged_host_or_a_foreign_origin_is_refused_and_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    call = _marker_call(marker)
+    async with http_server(tmp_path) as server, httpx2.AsyncClient(timeout=30) as http:
+        session_id = await handshake(http, server)
+        port = urlsplit(server.url).port
+        assert port is not None
+        other = port + 1 if port < 65535 else port - 1
+        token = {"Authorization": f"Bearer {server.token}"}
+        refused_with: list[tuple[dict[str, str], int]] = [
+            ({"Host": f"evil.example:{port}"}, 421),
+            ({"Host": "evil.example"}, 421),
+            ({"Host": f"127.0.0.1:{other}"}, 421),
+            ({"Host": f"localhost:{other}"}, 421),
+            ({"Origin": "http://evil.example"}, 403),
+            ({"Origin": f"http://localhost:{other}"}, 403),  # a page of another local server
+            ({"Origin": "null"}, 403),
+        ]
+        answers: list[tuple[dict[str, str], int, httpx2.Response]] = []
+        for forged, status in refused_with:
+            for authorization in [token, {}]:  # refused before the token is looked at
+                headers = {**mcp_headers(session_id), **authorization, **forged}
+                answers.append(
+                    (forged, status, await http.post(server.url, json=call, headers=headers))
+                )
+        assert not marker.exists()
+        for forged, status, refused in answers:
+            assert refused.status_code == status, forged
+            assert refused.headers.get("content-type", "").startswith("text/plain"), forged
+            assert "toolscript serve does not answer" in refused.text
+        own = {"Host": f"localhost:{port}", "Origin": f"http://127.0.0.1:{port}"}
+        allowed = await http.post(
+            server.url, json=call, headers={**mcp_headers(session_id), **token, **own}
+        )
+        assert allowed.status_code == 200, allowed.text
+        assert marker.read_text() == "ran\n"  # the same request with its own names does run
+
+
+@pytest.mark.timeout(45)
+async def test_an_allowed_host_name_and_origin_reach_the_server_and_others_do_not(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    call = _marker_call(marker)
+    allow = ["--allow-host", "proxy.example", "--allow-origin", "https://app.example"]
+    async with http_server(tmp_path, *allow) as server:
+        proxied = {"Host": "proxy.example", "Origin": "https://app.example"}
+        async with client(server.transport(headers=proxied)) as session:
+            result = await run(session, "6 * 7")
+            assert structured(result)["value"] == "42"
+        async with httpx2.AsyncClient(timeout=30) as http:
+            session_id = await handshake(http, server)
+            token = {"Authorization": f"Bearer {server.token}"}
+            for forged, status in [
+                ({"Host": "other.example"}, 421),
+                ({"Host": "proxy.example.evil.example"}, 421),
+                ({"Host": "proxy.example", "Origin": "https://other.example"}, 403),
+            ]:
+                refused = await http.post(
+                    server.url, json=call, headers={**mcp_headers(session_id), **token, **forged}
+                )
+                assert not marker.exists()
+                assert refused.status_code == status, forged
+
+
+# -- a signal ends the server cleanly ----------------------------------------------------------
+
+STOP_BOUND = 20.0
+"""Seconds a signalled server gets to exit: the runtime's grace (5 s) before a kill, and more."""
+
+SLEEPER = "import time\ntime.sleep(60)"
+
+SIGNALS = pytest.mark.parametrize(
+    "signal_number", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"]
+)
+
+
+def _working_folders(temp: Path) -> list[str]:
+    return sorted(path.name for path in temp.iterdir() if path.name.startswith("toolscript-"))
+
+
+def _assert_closed_journal(journal: Path, script_ids: list[str]) -> None:
+    with contextlib.closing(sqlite3.connect(journal)) as database:
+        hosts = database.execute("SELECT host_id, ended_at FROM hosts").fetchall()
+        statuses = dict(database.execute("SELECT script_id, status FROM scripts").fetchall())
+    assert hosts and all(ended_at is not None for _, ended_at in hosts), hosts
+    for script_id in script_ids:
+        assert statuses[script_id] == "cancelled", statuses
+
+
+@SIGNALS
+@pytest.mark.timeout(90)
+async def test_a_signal_ends_serve_over_http_with_its_scripts_stopped_folder_removed_and_journal_closed(
+    tmp_path: Path, signal_number: int
+) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    answers: dict[str, types.CallToolResult] = {}
+    progressed = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        progressed.set()
+
+    async with http_server(tmp_path, env={"TMPDIR": str(temp)}) as server:
+        assert len(_working_folders(temp)) == 1
+        async with client(server.transport()) as session:
+            background = await run(session, SLEEPER, background=True)
+
+            async def foreground() -> None:
+                answers["run"] = await session.call_tool(
+                    "run_python", {"code": SLEEPER}, progress_callback=on_progress
+                )
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(foreground)
+                with anyio.fail_after(30):
+                    await progressed.wait()  # the run is under way
+                server.process.send_signal(signal_number)
+                with anyio.fail_after(STOP_BOUND):
+                    returncode = await server.process.wait()
+    assert returncode == 0
+    assert _working_folders(temp) == []
+    ran = structured(answers["run"])
+    assert ran["status"] == "cancelled"  # the run in progress was answered, not dropped
+    _assert_closed_journal(
+        tmp_path / "journal.sqlite3", [ran["script_id"], structured(background)["script_id"]]
+    )
+
+
+class _Lines:
+    """JSON-RPC messages read line by line from a server's stdout."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.buffered = b""
+
+    async def next(self) -> dict[str, Any] | None:
+        """The next message, or None at end of output."""
+        while b"\n" not in self.buffered:
+            try:
+                self.buffered += await self.stream.receive()
+            except anyio.EndOfStream:
+                return None
+        line, _, self.buffered = self.buffered.partition(b"\n")
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    async def answer(self, request_id: int) -> dict[str, Any]:
+        """The answer to request `request_id`, skipping notifications."""
+        while True:
+            message = await self.next()
+            assert message is not None, f"the server ended without answering {request_id}"
+            if message.get("id") == request_id:
+                return message
+
+
+@SIGNALS
+@pytest.mark.timeout(90)
+async def test_a_signal_ends_serve_over_stdio_with_its_scripts_stopped_folder_removed_and_journal_closed(
+    tmp_path: Path, signal_number: int
+) -> None:
+    # The client keeps stdin open and idle: the server must end without its next line.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    process = await anyio.open_process(
+        [sys.executable, *serve_args(tmp_path)],
+        env={**os.environ, **environment(tmp_path), "TMPDIR": str(temp)},
+    )
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        lines = _Lines(process.stdout)
+
+        async def send(message: dict[str, Any]) -> None:
+            assert process.stdin is not None
+            await process.stdin.send(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+
+        def run_python(request_id: int, code: str, **more: Any) -> dict[str, Any]:
+            arguments = {"code": code, **more}
+            params = {"name": "run_python", "arguments": arguments, "_meta": {"progressToken": 1}}
+            return {"id": request_id, "method": "tools/call", "params": params}
+
+        with anyio.fail_after(30):
+            await send(initialize_request(1))
+            await lines.answer(1)
+            await send({"method": "notifications/initialized"})
+            assert len(_working_folders(temp)) == 1
+            await send(run_python(2, SLEEPER, background=True))
+            background = (await lines.answer(2))["result"]["structuredContent"]
+            await send(run_python(3, SLEEPER))
+            while (await lines.next() or {}).get("method") != "notifications/progress":
+                pass  # the run is under way once it reports progress
+        process.send_signal(signal_number)
+        with anyio.fail_after(STOP_BOUND):
+            ran = (await lines.answer(3))["result"]["structuredContent"]
+            while await lines.next() is not None:
+                pass
+            returncode = await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert returncode == 0
+    assert _working_folders(temp) == []
+    assert ran["status"] == "cancelled"  # the run in progress was answered, not dropped
+    _assert_closed_journal(
+        tmp_path / "journal.sqlite3", [ran["script_id"], background["script_id"]]
+    )
