@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
+from .options import MountOption, NetworkOption, SandboxOption, sandbox_knobs
+
 app = typer.Typer(
     name="toolscript",
     help="Run agent-written Python that calls tools, and report exactly what it did.",
@@ -34,21 +36,6 @@ MCPConfigOption = Annotated[
         exists=True,
         dir_okay=False,
         readable=True,
-    ),
-]
-
-
-NetworkOption = Annotated[
-    bool,
-    typer.Option("--network", help="Let scripts use the host's network (off by default)."),
-]
-SandboxOption = Annotated[
-    str,
-    typer.Option(
-        "--sandbox",
-        help="auto: sandbox every interpreter where the machine allows it; required: refuse "
-        "to run without one; off: no sandbox (for debugging).",
-        metavar="auto|required|off",
     ),
 ]
 
@@ -84,6 +71,7 @@ def exec_command(
     ] = None,
     network: NetworkOption = False,
     sandbox: SandboxOption = "auto",
+    mount: MountOption = None,
     cwd: Annotated[
         Path | None,
         typer.Option(
@@ -108,6 +96,7 @@ def exec_command(
     code = sys.stdin.read() if str(script) == "-" else _read_script(script)
     specs = load_tools(tools)
     workdir = None if no_cwd else (cwd or Path.cwd())
+    knobs = sandbox_knobs(sandbox, network, mount)
 
     async def main() -> Any:
         from .runtime import Runtime
@@ -116,9 +105,8 @@ def exec_command(
             tools=specs,
             mcp_config=mcp_config,
             journal=journal,
-            network=network,
-            sandbox=sandbox,
             workdir=workdir,
+            **knobs,
         ) as rt:
             for server, reason in rt.mcp_failures.items():
                 typer.echo(f"toolscript: MCP server {server!r} did not start: {reason}", err=True)

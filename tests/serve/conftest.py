@@ -53,6 +53,9 @@ def serve_args(folder: Path, *extra: str) -> list[str]:
         str(write_config(folder)),
         "--journal",
         str(folder / "journal.sqlite3"),
+        # Scripts and tests trade files in the test's folder: the sandbox shows it.
+        "--mount",
+        f"{folder}:rw",
         *extra,
     ]
 

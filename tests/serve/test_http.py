@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
+import psutil
 import pytest
 
 from .conftest import client, handshake, http_server, mcp_headers, notes, run, structured
@@ -99,18 +101,31 @@ async def test_a_request_without_the_right_token_gets_401_and_runs_nothing(
         assert marker.read_text() == "ran"  # the same request with the token does run
 
 
+def processes_with(token: str) -> list[psutil.Process]:
+    """Live processes whose command line holds `token`."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        if process.info["status"] != psutil.STATUS_ZOMBIE and any(
+            token in part for part in process.info["cmdline"] or ()
+        ):
+            found.append(process)
+    return found
+
+
 @pytest.mark.timeout(45)
 async def test_closing_a_client_session_reclaims_its_interpreter(tmp_path: Path) -> None:
+    # The interpreter starts a process with a token in its command line, which the test can
+    # find from outside the sandbox; the interpreter's end takes it along.
+    token = f"tok-{secrets.token_hex(6)}"
     async with http_server(tmp_path) as server:
         async with client(server.transport()) as session:
-            result = await run(session, "import os\nos.getpid()")
-            pid = int(structured(result)["value"])
-        try:
-            descriptor = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return  # already gone
-        try:
-            with anyio.fail_after(20):
-                await anyio.wait_readable(descriptor)  # readable once the process has ended
-        finally:
-            os.close(descriptor)
+            result = await run(
+                session,
+                "import subprocess, sys\n"
+                f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)  # {token}'])",
+            )
+            assert structured(result)["status"] == "ok", result
+            assert processes_with(token)
+        with anyio.fail_after(20):
+            while processes_with(token):
+                await anyio.sleep(0.05)

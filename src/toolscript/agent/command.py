@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from ..options import MountOption, NetworkOption, SandboxOption, sandbox_knobs
 from .control import ExecutionControl, InvalidControl
 from .loop import Agent, AgentEvent, Turn
 
@@ -136,8 +137,12 @@ def agent_command(
         str | None,
         typer.Option("--journal", help="Journal file, or ':memory:' (default: the state dir)."),
     ] = None,
+    network: NetworkOption = False,
+    sandbox: SandboxOption = "auto",
+    mount: MountOption = None,
 ) -> None:
     """Run one agent turn on TASK: the model acts only by running Python scripts."""
+    knobs = sandbox_knobs(sandbox, network, mount)
     try:
         control = ExecutionControl(
             request_timeout=request_timeout,
@@ -156,7 +161,7 @@ def agent_command(
     async def main() -> None:
         from ..runtime import Runtime
 
-        async with Runtime(mcp_config=mcp_config, journal=journal) as rt:
+        async with Runtime(mcp_config=mcp_config, journal=journal, **knobs) as rt:
             for server, reason in rt.mcp_failures.items():
                 console.print(f"toolscript: MCP server {server!r} did not start: {reason}")
             try:

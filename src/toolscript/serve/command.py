@@ -20,6 +20,7 @@ from typing import Annotated
 
 import typer
 
+from ..options import MountOption, NetworkOption, SandboxOption, sandbox_knobs
 from ..tools.references import ToolReferenceError, load_tools
 from .auth import TokenFileError, load_or_create_token
 from .hosts import HostCheck
@@ -133,8 +134,12 @@ def serve_command(
         str | None,
         typer.Option("--journal", help="Journal file, or ':memory:' (default: the state dir)."),
     ] = None,
+    network: NetworkOption = False,
+    sandbox: SandboxOption = "auto",
+    mount: MountOption = None,
 ) -> None:
     """Serve toolscript to an MCP client: one run_python tool in which every tool is Python."""
+    knobs = sandbox_knobs(sandbox, network, mount)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="toolscript: %(message)s")
     try:
         specs = load_tools(tools)
@@ -190,9 +195,11 @@ def serve_command(
                 served.stop()
 
         _stop_on_signals(stop)
-        async with Runtime(tools=specs, mcp_config=mcp_config, journal=journal) as rt:
+        async with Runtime(tools=specs, mcp_config=mcp_config, journal=journal, **knobs) as rt:
             for server, reason in rt.mcp_failures.items():
                 _say(f"MCP server {server!r} did not start: {reason}")
+            if rt.sandbox_failure is not None and sandbox != "off":
+                _say(f"scripts run without a sandbox: {rt.sandbox_failure}")
             served = ToolscriptServer(rt, transport="stdio" if listener is None else "http")
             if signalled:  # while the runtime was starting
                 served.stop()
