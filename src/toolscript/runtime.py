@@ -617,7 +617,7 @@ class Shell:
             )
         except CapReached as error:
             return self._refused(script_id, error.reason, limit)
-        fresh = reset_note is not None or interpreter.generation == 1
+        fresh = interpreter.runs == 0
         if reset_note:
             notes.append(reset_note)
         for key, why in interpreter.bind_failures:

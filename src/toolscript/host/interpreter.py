@@ -152,6 +152,8 @@ class Interpreter:
         (it is ended then: see `toolscript.kernel.descriptors`)."""
         self.closing = False
         self.last_outcome: Outcome | None = None
+        self.runs = 0
+        """Scripts sent to this interpreter so far."""
         self._quiet = False
         self._stop_reason: str | None = None
 
@@ -394,6 +396,7 @@ class Interpreter:
             exec_frame["busy_poll"] = busy.script_started()
         stop_reason: str | None = None
         cancelled = False
+        self.runs += 1
         try:
             self.send(exec_frame)
             try:
