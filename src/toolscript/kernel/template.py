@@ -86,8 +86,7 @@ def main(argv: list[str]) -> None:
                 request, fds = _receive(control)
                 if request is None:
                     os._exit(0)  # the host is gone: so are we (children live on alone)
-                # The child closes the template's own descriptors: its wake-up pipe, its epoll.
-                _fork(control, request, fds, (wake_read, wake_write, selector.fileno()))
+                _fork(control, request, fds, (wake_read, wake_write))
             else:
                 try:
                     os.read(wake_read, 4096)
@@ -118,7 +117,7 @@ def _receive(control: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 
 
 def _fork(
-    control: socket.socket, request: dict[str, Any], fds: list[int], wake: tuple[int, ...]
+    control: socket.socket, request: dict[str, Any], fds: list[int], wake: tuple[int, int]
 ) -> None:
     if len(fds) != 3:
         for fd in fds:
@@ -149,7 +148,7 @@ def _become_kernel(
     channel: int,
     out: int,
     err: int,
-    wake: tuple[int, ...],
+    wake: tuple[int, int],
 ) -> None:
     os.setsid()
     signal.set_wakeup_fd(-1)
