@@ -438,17 +438,16 @@ class Kernel:
         """
         self._giving_up = True
         script = self._script
+        words = "; ".join(damage.values())
         if report is None and script is not None and not script.finished:
-            report = {"status": "error"}
+            # Its code did not end: the loop it ran on broke under it.
+            error = f"The interpreter's own descriptors were broken under the script: {words}."
+            report = {"status": "error", "error": error}
         if report is not None and script is not None:
             script.finished = True
-            words = "; ".join(damage.values())
             report["t"] = "done"
             report["script"] = script.id
             report["broken"] = words
-            report.setdefault(
-                "error", f"The interpreter's own descriptors were broken under the script: {words}."
-            )
         transport = self._transport
         channel = self._channel
         if (
