@@ -30,6 +30,7 @@ What we do:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import resource
@@ -66,7 +67,8 @@ class OwnDescriptors:
 
     def hold(self, fd: int, what: str, probe: Callable[[], object] | None = None) -> None:
         """Check `fd` as `what` from now on (again, with `probe`, if held already): it must
-        stay the same file, and `probe` (when given) must not raise `OSError`."""
+        stay the same file; or, given `probe`, `probe()` must not raise (it is asked instead,
+        and its errno says what became of `fd`: EBADF closed, ENOENT another of its kind)."""
         self._held = [entry for entry in self._held if entry[0] != fd]
         info = os.fstat(fd)
         self._held.append((fd, what, (info.st_dev, info.st_ino), probe))
@@ -75,20 +77,26 @@ class OwnDescriptors:
         """Each held descriptor that is broken, with what became of it in words."""
         found: dict[int, str] = {}
         for fd, what, identity, probe in self._held:
+            if probe is not None:
+                try:
+                    probe()
+                except OSError as error:
+                    found[fd] = f"fd {fd} ({what}) {_BECAME.get(error.errno or 0, _REPLACED)}"
+                except ValueError:
+                    found[fd] = f"fd {fd} ({what}) was closed"
+                continue
             try:
                 info = os.fstat(fd)
             except OSError:
                 found[fd] = f"fd {fd} ({what}) was closed"
                 continue
             if (info.st_dev, info.st_ino) != identity:
-                found[fd] = f"fd {fd} ({what}) was replaced by another file"
-                continue
-            if probe is not None:
-                try:
-                    probe()
-                except (OSError, ValueError):
-                    found[fd] = f"fd {fd} ({what}) was replaced by another one of its kind"
+                found[fd] = f"fd {fd} ({what}) {_REPLACED}"
         return found
+
+
+_REPLACED = "was replaced by another file"
+_BECAME = {errno.EBADF: "was closed", errno.ENOENT: "was replaced by another one of its kind"}
 
 
 def _in_use(fd: int) -> bool:
