@@ -726,7 +726,7 @@ class Shell:
             )
         except CapReached as error:
             return self._refused(script_id, error.reason, limit)
-        fresh = reset_note is not None or interpreter.generation == 1
+        fresh = interpreter.runs == 0
         if reset_note:
             notes.append(reset_note)
         notes.extend(runtime._unconfined_words(interpreter))
@@ -806,6 +806,8 @@ class Shell:
         if interpreter is not None:
             self._reset_reason = self._reset_reason or (
                 f"the previous interpreter ended ({interpreter.fault or 'it exited'})"
+                if interpreter.broken is None
+                else _broken_reset_words(interpreter.broken)
             )
             self._interpreter = None
             await self._drop(interpreter, close=False)
@@ -989,6 +991,24 @@ def _result_from(
     elif ending == "killed":
         status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
         words.append(_stop_words(outcome.stop_reason, limit, runtime, killed=True))
+    elif ending == "broken":
+        status = "crashed"
+        broken = report.get("broken")
+        if outcome.never_started:
+            words.append(
+                "Nothing of this script ran: the interpreter's own descriptors were found closed "
+                f"or replaced before it began ({broken}), by something an earlier script left "
+                "running. It was replaced: its variables, imports and tasks are gone, and the "
+                "next run starts a fresh interpreter."
+            )
+        else:
+            words.append(
+                f"The interpreter's own descriptors were closed or replaced ({broken}), most "
+                "likely by the script (os.close, os.closerange or os.dup2 over a number it did "
+                "not open), so it could not go on and was replaced: its variables, imports and "
+                "tasks are gone, and the next run starts a fresh interpreter. Close or overwrite "
+                "only the descriptors the script opened itself."
+            )
     elif ending == "fault":
         status = "crashed"
         words.append(
@@ -1085,9 +1105,15 @@ def _reset_words(outcome: Outcome, status: str) -> str:
         return "the previous one was killed because it did not stop after the interrupt"
     if outcome.ending == "fault":
         return f"the previous one broke the protocol ({outcome.fault})"
+    if outcome.ending == "broken":
+        return _broken_reset_words(str(outcome.report.get("broken")))
     if outcome.report.get("memory"):
         return "the previous one ran out of memory"
     return f"the previous one died ({outcome.exit_description or 'exit status unknown'})"
+
+
+def _broken_reset_words(broken: str) -> str:
+    return f"a script closed or replaced the previous one's own descriptors ({broken})"
 
 
 def _uncertain_words(calls: list[JournalCall]) -> str:

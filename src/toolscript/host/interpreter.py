@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..kernel import wire
+from ..kernel.descriptors import BROKEN_EXIT
 from . import codec
 from .busypoll import LoopPoll
 from .calls import CallLedger, CallReport
@@ -90,7 +91,8 @@ class Outcome:
 
     `ending` is the kernel's status (`ok`, `error`, `stopped`) or the host's own word:
     `killed` (stopped by a kill after the grace period), `crashed` (the process died),
-    `fault` (it broke the protocol and was killed).
+    `fault` (it broke the protocol and was killed), `broken` (its own descriptors were closed
+    or replaced, said in `report["broken"]`, and it was ended).
     """
 
     ending: str
@@ -149,8 +151,13 @@ class Interpreter:
         self._open_pipes = 2
         self.returncode: int | None = None
         self.fault: str | None = None
+        self.broken: str | None = None
+        """What became of the kernel's own descriptors, when it found them closed or replaced
+        (it is ended then: see `toolscript.kernel.descriptors`)."""
         self.closing = False
         self.last_outcome: Outcome | None = None
+        self.runs = 0
+        """Scripts sent to this interpreter so far."""
         self._quiet = False
         self._stop_reason: str | None = None
         self.told_unconfined = False
@@ -460,6 +467,7 @@ class Interpreter:
             exec_frame["busy_poll"] = busy.script_started()
         stop_reason: str | None = None
         cancelled = False
+        self.runs += 1
         try:
             self.send(exec_frame)
             try:
@@ -505,7 +513,14 @@ class Interpreter:
 
     async def _conclude(self, report: dict[str, Any], stop_reason: str | None) -> Outcome:
         status = str(report.get("status"))
-        gone = status in ("killed", "crashed", "fault")
+        said = report.get("broken")
+        if isinstance(said, str) and status in ("ok", "error", "stopped"):
+            self.broken = said[:1000]
+        if self.broken is not None and status not in ("killed", "fault"):
+            # Whatever the script's code did, the interpreter cannot go on: it is ended here.
+            status = "broken"
+            report = {**report, "broken": self.broken}
+        gone = status in ("killed", "crashed", "fault", "broken")
         self._quiet = report.get("quiet") is True
         if status == "stopped" and report.get("threads_left"):
             # A thread cannot be stopped from outside: the interpreter goes with it.
@@ -744,6 +759,8 @@ class Interpreter:
 
     def exited(self, returncode: int | None) -> None:
         self.returncode = returncode
+        if returncode == BROKEN_EXIT and self.broken is None:
+            self.broken = f"the kernel could not say which: it exited with code {returncode}"
         self._exited.set()
         if self._done is not None and not self._done.done():
             self._done.set_result({"status": "crashed"})

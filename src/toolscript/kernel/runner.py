@@ -36,6 +36,7 @@ import inspect
 import io
 import linecache
 import os
+import select
 import selectors
 import signal
 import socket
@@ -47,10 +48,11 @@ import time
 import traceback
 import types
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from .busypoll import BusyPoll
 from .calls import CallTable, ScriptTask, ToolError, ToolTimeout
+from .descriptors import BROKEN_EXIT, OwnDescriptors
 from .wire import ChannelReader, FrameError, FrameReader, encode
 
 _KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -75,6 +77,29 @@ class _WatchedSelector(selectors.DefaultSelector):
             return self.busy.select(super().select, timeout)
         finally:
             self.idle = False
+
+    def move(self, own: OwnDescriptors) -> None:
+        """Move the selector's own descriptor (an epoll, a kqueue), if it has one, to the top
+        of the table; `watch` then checks it."""
+        poller: Any = getattr(self, "_selector", None)
+        fromfd = getattr(type(poller), "fromfd", None)
+        if poller is None or fromfd is None:
+            return
+        fd = own.place(poller.fileno(), _SELECTOR)
+        if fd != poller.fileno():
+            poller.close()
+            self._selector = fromfd(fd)
+
+    def watch(self, own: OwnDescriptors, wakeup: int) -> None:
+        """Have `own` check that the selector is still the loop's: every epoll has the same
+        inode, so an epoll put in its place would pass for it, but would not hold `wakeup`
+        (changing its registration to what it is raises then)."""
+        poller: Any = getattr(self, "_selector", None)
+        epoll: Any = getattr(select, "epoll", None)
+        if epoll is not None and isinstance(poller, epoll):
+            own.hold(
+                poller.fileno(), _SELECTOR, lambda: self._selector.modify(wakeup, select.EPOLLIN)
+            )
 
 
 class _KernelLoop(asyncio.SelectorEventLoop):
@@ -108,8 +133,29 @@ class _KernelLoop(asyncio.SelectorEventLoop):
         loop._ready.append(handle)
         return handle  # type: ignore[no-any-return]
 
+    def move_wakeup(self, own: OwnDescriptors) -> int:
+        """Move the loop's wake-up socket pair to the top of the table; its reading end."""
+        loop: Any = self  # asyncio's private state: the pair and its reader
+        loop._remove_reader(loop._ssock.fileno())
+        loop._ssock = _moved_socket(loop._ssock, own, "the event loop's wake-up socket")
+        loop._csock = _moved_socket(loop._csock, own, "the event loop's wake-up socket")
+        loop._add_reader(loop._ssock.fileno(), loop._read_from_self)
+        return int(loop._ssock.fileno())
+
 
 _new_handle: Any = object.__new__
+_SELECTOR = "the event loop's selector"
+
+
+def _moved_socket(sock: socket.socket, own: OwnDescriptors, what: str) -> socket.socket:
+    fd = own.place(sock.fileno(), what)
+    if fd == sock.fileno():
+        return sock
+    blocking = sock.getblocking()
+    sock.close()
+    moved = socket.socket(fileno=fd)
+    moved.setblocking(blocking)
+    return moved
 
 
 class _Script:
@@ -129,15 +175,21 @@ class Kernel:
     """One interpreter's whole service: the loop, the namespace, the channel to the host."""
 
     def __init__(self, channel: socket.socket, init: socket.socket | None = None) -> None:
-        self._channel = channel
+        # Out of a script's way, and checked (see `descriptors`).
+        self._own = OwnDescriptors()
+        self._channel = _moved_socket(channel, self._own, "the channel to the host")
         self._init = init
-        """The sandbox's init, until it has set up this interpreter's folder (or None)."""
+        """The sandbox's init, until it has set up this interpreter's folder (or None): it is
+        closed before any script runs."""
         self.sandboxed = init is not None
         """Whether this kernel is PID 2 of a PID namespace of its own (see `init`)."""
         self._transport: asyncio.Transport | None = None
         self._reader = FrameReader()
         self._selector = _WatchedSelector()
+        self._selector.move(self._own)
         self.loop = _KernelLoop(self._selector)
+        self._selector.watch(self._own, self.loop.move_wakeup(self._own))
+        self._giving_up = False
         asyncio.set_event_loop(self.loop)
         self.loop.set_task_factory(_task_factory)
         self._outbox: list[bytes] = []
@@ -244,6 +296,13 @@ class Kernel:
             float(grace) if type(grace) in (int, float) else 1.0,
         )
         self._script = script
+        if not self._quiet:
+            # Something the last script left running (a task, a thread) may have broken the
+            # kernel's descriptors since: this script must not start on a broken loop.
+            damage = self._own.damage()
+            if damage:
+                error = "The script did not run: the interpreter's own descriptors were broken."
+                self._give_up(damage, {"status": "error", "error": error})
         window = message.get("busy_poll", 0.0)
         self._selector.busy.window = window if type(window) is float and window < 0.01 else 0.0
         sys.stdout = self._stdout
@@ -378,12 +437,62 @@ class Kernel:
             report["drained"] = True
         else:
             self._mark_output(b"\x00" + script.marker.encode("ascii") + b"\x00")
-        try:
-            frame = encode(report)
-        except (TypeError, ValueError, RecursionError):
-            frame = encode({k: v for k, v in report.items() if k != "exit"})
-        self.post(frame)
+        damage = self._own.damage()
+        if damage:
+            self._give_up(damage, report)
+        self.post(_encode_report(report))
         self._flush()
+
+    def _give_up(self, damage: dict[int, str], report: dict[str, Any] | None = None) -> NoReturn:
+        """The kernel's own descriptors are broken (see `descriptors`): say so in the running
+        script's `done` (`report`, or one made here) if the channel still works, wait for
+        the host to end this process, and exit.
+
+        Frames go straight to the socket: the loop that would send them cannot be trusted.
+        When the transport still holds bytes the host has not read, a frame sent past them
+        would break their order, so then nothing is sent: the exit code says it alone.
+        """
+        self._giving_up = True
+        script = self._script
+        words = "; ".join(damage.values())
+        if report is None and script is not None and not script.finished:
+            # Its code did not end: the loop it ran on broke under it.
+            error = f"The interpreter's own descriptors were broken under the script: {words}."
+            report = {"status": "error", "error": error}
+        if report is not None and script is not None:
+            script.finished = True
+            report["t"] = "done"
+            report["script"] = script.id
+            report["broken"] = words
+        transport = self._transport
+        channel = self._channel
+        if (
+            report is not None
+            and channel.fileno() not in damage
+            and (transport is None or transport.get_write_buffer_size() == 0)
+        ):
+            frames, self._outbox = self._outbox, []
+            frames.append(_encode_report(report))
+            deadline = time.monotonic() + LAST_WORD_WAIT
+            try:
+                channel.settimeout(LAST_WORD_WAIT)
+                channel.sendall(b"".join(frames))
+                # The host ends an interpreter that says this at once; its end is the sign
+                # that `done` was read (exiting first could let the exit be seen first).
+                while (left := deadline - time.monotonic()) > 0:
+                    channel.settimeout(left)
+                    if not channel.recv(1 << 16):
+                        break
+            except (OSError, ValueError):
+                pass
+        os._exit(BROKEN_EXIT)
+
+    def channel_lost(self) -> NoReturn:
+        """The channel closed: the host ended it (or died), or the script broke it."""
+        damage = self._own.damage()
+        if damage:
+            self._give_up(damage)
+        os._exit(0)  # the host closed the channel or died: end with it
 
     def _nothing_left_running(self) -> bool:
         """Whether nothing the script started can run before the next script: no task, no
@@ -428,6 +537,13 @@ class Kernel:
                 pass
 
     def _on_interrupt(self, signum: int, frame: types.FrameType | None) -> None:
+        if self._giving_up:
+            return
+        damage = self._own.damage()
+        if damage:
+            # The loop may be sleeping on an epoll that holds nothing of its own: no wake-up
+            # would reach it, and the host would kill it as a script that did not stop.
+            self._give_up(damage)
         script = self._script
         if script is None or script.finished:
             return  # a stray interrupt: no script is running
@@ -544,6 +660,12 @@ class Kernel:
             try:
                 self.loop.run_forever()
             except BaseException:
+                # A script's exception that reached the loop, or the loop's own failure (its
+                # selector closed under it): in that case it would fail again on every pass.
+                if not self._giving_up:
+                    damage = self._own.damage()
+                    if damage:
+                        self._give_up(damage)
                 continue
 
 
@@ -559,7 +681,14 @@ class _Channel(asyncio.BufferedProtocol):
         self._kernel.received(self._buffer.received(nbytes))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        os._exit(0)  # the host closed the channel or died: end with it
+        self._kernel.channel_lost()
+
+
+def _encode_report(report: dict[str, Any]) -> bytes:
+    try:
+        return encode(report)
+    except (TypeError, ValueError, RecursionError):
+        return encode({k: v for k, v in report.items() if k != "exit"})
 
 
 def _reap_killed_children(deadline: float) -> None:
@@ -702,3 +831,6 @@ _MAIN = threading.main_thread().ident or 0
 
 BATCH = 64
 """Frames a burst may hold before a piece of it is written."""
+
+LAST_WORD_WAIT = 5.0
+"""Seconds a kernel that found its descriptors broken waits, after its `done`, to be ended."""
