@@ -691,7 +691,10 @@ class Shell:
         note = None
         if interpreter is not None:
             self._reset_reason = self._reset_reason or (
-                f"the previous interpreter ended ({interpreter.fault or 'it exited'})"
+                f"the previous one was killed because a script broke the protocol "
+                f"({interpreter.fault})"
+                if interpreter.fault is not None
+                else "the previous interpreter ended (it exited)"
             )
             self._interpreter = None
             await self._drop(interpreter, close=False)
@@ -869,9 +872,10 @@ def _result_from(
     elif ending == "fault":
         status = "crashed"
         words.append(
-            f"The interpreter broke the protocol ({outcome.fault}) and was killed. This happens "
-            "when a script writes to the interpreter's private channel. Its state is gone: the "
-            "next run starts a fresh interpreter."
+            f"The script broke the protocol between its interpreter and the host: "
+            f"{outcome.fault}. Script code must not write to the interpreter's private channel. "
+            "The interpreter was killed: its state is gone, and the next run starts a fresh "
+            "interpreter."
         )
     else:
         status = "crashed"
@@ -959,7 +963,7 @@ def _reset_words(outcome: Outcome, status: str) -> str:
     if outcome.ending == "killed":
         return "the previous one was killed because it did not stop after the interrupt"
     if outcome.ending == "fault":
-        return f"the previous one broke the protocol ({outcome.fault})"
+        return f"the previous one was killed because a script broke the protocol ({outcome.fault})"
     if outcome.report.get("memory"):
         return "the previous one ran out of memory"
     return f"the previous one died ({outcome.exit_description or 'exit status unknown'})"

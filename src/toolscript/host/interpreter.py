@@ -13,20 +13,21 @@ import contextlib
 import contextvars
 import json
 import os
+import random
 import secrets
 import signal
 import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..kernel import wire
 from . import codec
 from .busypoll import LoopPoll
-from .calls import CallLedger, CallReport
+from .calls import CallLedger, CallReport, ProtocolViolation
 from .catalogue import Answer, ToolCatalogue, Waiting
-from .journal import Journal
+from .journal import Journal, JournalClosedError
 from .output import Captured, StreamCapture
 from .template import Template, TemplateError, kernel_command
 
@@ -54,6 +55,13 @@ PIPE_READ_SIZE = 64 * 1024
 
 SHUTDOWN_WAIT = 2.0
 """Seconds to wait for a kernel to exit after `shutdown` before it is killed."""
+
+CHECK_DELAY = 0.05
+"""Seconds after a script's `done` before the host asks the kernel whether its code really
+ended, unless the next script (which asks too) comes first."""
+
+CHECK_WAIT = 1.0
+"""The least time, after a `done`, that the kernel has to confirm the script's end."""
 
 
 class InterpreterStartError(Exception):
@@ -139,6 +147,10 @@ class Interpreter:
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._done: asyncio.Future[dict[str, Any]] | None = None
         self._script: str | None = None
+        self._last_script: str | None = None  # the script that ran last, or runs now
+        self._deadline = 0.0  # when the running script's time limit and grace end
+        self._watch: _EndWatch | None = None
+        self._tokens = random.Random(secrets.randbits(128))
         self._tasks: set[asyncio.Task[Any]] = set()
         self._exited = asyncio.Event()
         self._pipes_closed = asyncio.Event()
@@ -376,7 +388,8 @@ class Interpreter:
         self._stdout.begin(marker, at_start_marker=not self._quiet)
         self._stderr.begin(marker, at_start_marker=not self._quiet)
         self._done = loop.create_future()
-        self._script = script_id
+        self._script = self._last_script = script_id
+        self._deadline = loop.time() + time_limit + grace
         self.ledger.begin_script(script_id)
         busy = self.launch.busy
         exec_frame: dict[str, Any] = {
@@ -385,6 +398,10 @@ class Interpreter:
             "code": code,
             "marker": marker,
         }
+        watch = self._watch
+        if watch is not None:
+            exec_frame["check"] = watch.token  # the kernel checks before it starts this one
+            watch.asked = True
         if busy is not None:
             exec_frame["busy_poll"] = busy.script_started()
         stop_reason: str | None = None
@@ -451,6 +468,11 @@ class Interpreter:
         else:
             await self._stdout.wait_ended(OUTPUT_END_WAIT)
             await self._stderr.wait_ended(OUTPUT_END_WAIT)
+        if self.fault is not None and not gone:
+            # Found broken while its output was awaited (its `done` was forged, say): the
+            # result says so, rather than what the frame claimed.
+            status, gone = "fault", True
+            await self.kill()
         never_started = gone and not self._stdout.started and not self._stderr.started
         stdout = self._stdout.take()
         stderr = self._stderr.take()
@@ -487,7 +509,9 @@ class Interpreter:
         channel = self._channel
         if channel is None or channel.is_closing():
             return
-        frame = codec.encode(message)
+        self._send_frame(channel, codec.encode(message))
+
+    def _send_frame(self, channel: asyncio.Transport, frame: bytes) -> None:
         if self._outbox:
             self._outbox.append(frame)
             if len(self._outbox) >= BATCH:
@@ -521,6 +545,8 @@ class Interpreter:
         try:
             messages = self._reader.feed(data)
             self._handle(messages)
+        except ProtocolViolation as error:
+            self._broke(str(error), error.script)
         except (wire.FrameError, ValueError, KeyError, TypeError) as error:
             self._broke(str(error))
         except Exception as error:
@@ -550,9 +576,12 @@ class Interpreter:
                 self.ledger.acknowledged(message.get("acks", ()), message.get("seen", ()))
             elif kind == "done":
                 if self._done is None or message.get("script") != self._script:
-                    raise ValueError("a 'done' frame for no running script")
+                    self._stray_done(message.get("script"))
                 if not self._done.done():
                     self._done.set_result(message)
+                    self._watch_end(str(message["script"]))
+            elif kind == "checked":
+                self._checked(message)
             elif kind in self._waiters:
                 waiter = self._waiters[kind]
                 if not waiter.done():
@@ -649,10 +678,90 @@ class Interpreter:
     def _answered(self, n: int, answer: Answer) -> None:
         self._answered_all([(n, answer)])
 
-    def _broke(self, reason: str) -> None:
+    # -- what the kernel claims --------------------------------------------------------------
+
+    # Goal: a script's `done` cannot buy its code time. What fails: believing the frame. The
+    # script shares the kernel's process and can write a `done` of its own, with the right
+    # script id, and go on running: the host would report the script ended, and its code
+    # would run on past its time limit, unseen. Waiting for the kernel's own `done` (a
+    # second one) fails too: a loop that never yields never sends it. What we do: after a
+    # `done`, the host asks the kernel whether the script's code still runs, with a token
+    # the script cannot know before the host sends it (in the next `exec`, or alone after
+    # `CHECK_DELAY`). The kernel answers from its event loop, which code still running in
+    # the script's cell keeps busy, or finds the cell not finished and says so. An answer
+    # that the code still runs, or no answer by the end of the script's time limit and
+    # grace (and at least `CHECK_WAIT` after the `done`), is a protocol violation: the
+    # interpreter is killed, and the script's journal row says why. The result of the run
+    # may have gone out already; the next run then starts a fresh interpreter and says so.
+    # The honest kernel's cost is one small frame per script, answered at once. (A script
+    # that reads the channel itself and answers for the kernel is the kernel; no frame can
+    # tell it apart. The sandbox is what bounds that one.)
+
+    def _watch_end(self, script_id: str) -> None:
+        loop = self._loop
+        deadline = max(self._deadline, loop.time() + CHECK_WAIT)
+        watch = _EndWatch(script_id, f"{self._tokens.getrandbits(64):016x}", deadline)
+        if self._watch is not None and self._watch.timer is not None:
+            self._watch.timer.cancel()
+        self._watch = watch
+        watch.timer = loop.call_later(CHECK_DELAY, self._watch_check)
+
+    def _watch_check(self) -> None:
+        watch = self._watch
+        if watch is None or not self.alive or self.closing:
+            return
+        if self._loop.time() >= watch.deadline:
+            self._watch = None
+            self._broke(
+                f"script {watch.script} said it was done, but the interpreter did not confirm "
+                "that its code had stopped before its time limit and grace were over: the "
+                "script forged its 'done' and its code ran on",
+                culprit=watch.script,
+            )
+            return
+        if not watch.asked:
+            watch.asked = True
+            self.send({"t": "check", "token": watch.token})
+        watch.timer = self._loop.call_at(watch.deadline, self._watch_check)
+
+    def _checked(self, message: dict[str, Any]) -> None:
+        watch = self._watch
+        running = message.get("running")
+        if running is not None:
+            culprit = watch.script if watch is not None else self._last_script
+            raise ProtocolViolation(
+                f"script {culprit} said it was done while its code was still running (the "
+                "interpreter found it running when the host asked): the script forged its "
+                "'done'",
+                culprit,
+            )
+        if watch is not None and message.get("token") == watch.token:
+            self._watch = None
+            if watch.timer is not None:
+                watch.timer.cancel()
+
+    def _stray_done(self, script: object) -> NoReturn:
+        named = str(script)[:80]
+        ended = self._watch.script if self._watch is not None else self._last_script
+        if script == ended and ended != self._script:
+            raise ProtocolViolation(
+                f"a second 'done' came for script {named}: the script forged the first", ended
+            )
+        if self._script is None:
+            raise ProtocolViolation(f"a 'done' came for script {named}, but no script was running")
+        raise ProtocolViolation(
+            f"a 'done' came for script {named}, but script {self._script} was running"
+        )
+
+    def _broke(self, reason: str, culprit: str | None = None) -> None:
         if self.fault is not None:
             return
         self.fault = reason
+        self._drop_watch()
+        culprit = culprit or self._script or self._last_script
+        if culprit is not None:
+            with contextlib.suppress(JournalClosedError):
+                self._journal.record_violation(culprit, reason)
         if self._started and self.pid is not None:
             try:
                 os.killpg(self.pid, signal.SIGKILL)
@@ -671,9 +780,15 @@ class Interpreter:
         if not self._exited.is_set() and not self.closing:
             self._broke("it closed its channel to the host")
 
+    def _drop_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None and watch.timer is not None:
+            watch.timer.cancel()
+
     def exited(self, returncode: int | None) -> None:
         self.returncode = returncode
         self._exited.set()
+        self._drop_watch()
         if self._done is not None and not self._done.done():
             self._done.set_result({"status": "crashed"})
 
@@ -685,6 +800,19 @@ class Interpreter:
         self._open_pipes -= 1
         if self._open_pipes <= 0:
             self._pipes_closed.set()
+
+
+class _EndWatch:
+    """A script whose `done` came, and whose end the kernel has yet to confirm."""
+
+    __slots__ = ("asked", "deadline", "script", "timer", "token")
+
+    def __init__(self, script: str, token: str, deadline: float) -> None:
+        self.script = script
+        self.token = token
+        self.deadline = deadline
+        self.asked = False
+        self.timer: asyncio.TimerHandle | None = None
 
 
 def describe_exit(returncode: int | None) -> str:
