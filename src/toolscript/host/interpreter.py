@@ -47,6 +47,9 @@ _EAGER = sys.version_info >= (3, 12)
 """Whether tasks can run their first step at once (`eager_start`, Python 3.12)."""
 _EAGER_START: dict[str, Any] = {"eager_start": True}
 
+_MAX_ANSWER_FRAME = wire.MAX_FRAME + wire.HEADER.size
+"""The longest frame the kernel takes: its header and a body of `MAX_FRAME` bytes."""
+
 _HOST_CAUSES = ("tool_timeout", "source_gone")
 """The answers that are the host's own word that it gave up, not the handler's."""
 
@@ -664,7 +667,33 @@ class Interpreter:
             self._tasks.discard(asyncio.current_task(self._loop))
 
     def _answered_all(self, answers: list[tuple[int, Answer]]) -> None:
-        """Journal handlers' answers, then send them."""
+        """Journal handlers' answers, then send them.
+
+        An answer the channel cannot carry (over `wire.MAX_FRAME`, or not JSON) becomes an
+        error answer saying so: the script gets a `ToolError`, the interpreter stays.
+        """
+        encode = codec.encode
+        frames: list[bytes] = []
+        for i, (n, answer) in enumerate(answers):
+            try:
+                frame = encode(answer.to_frame(n))
+            except (TypeError, ValueError, RecursionError, MemoryError) as error:
+                problem = f"could not be sent as JSON ({type(error).__name__}: {error})"
+            else:
+                if len(frame) <= _MAX_ANSWER_FRAME:
+                    frames.append(frame)
+                    continue
+                problem = (
+                    f"was {len(frame) / 1e6:,.0f} MB as JSON, over the {wire.MAX_FRAME >> 20} "
+                    "MiB limit of the interpreter's channel, so it was not sent"
+                )
+            message = (
+                f"the answer of {self.ledger.tool_of(n)} {problem}. The tool ran, so its effect "
+                "happened: ask it for less at a time."
+            )
+            answer = Answer("error", message, message)
+            answers[i] = (n, answer)
+            frames.append(encode(answer.to_frame(n)))
         self.ledger.answered_all(
             (n, answer.kind != "value", answer.value)
             for n, answer in answers
@@ -673,7 +702,10 @@ class Interpreter:
         for n, answer in answers:
             if answer.kind in _HOST_CAUSES:
                 self.ledger.answered(n, True, None, host_cause=answer.kind)
-            self.send(answer.to_frame(n))
+        channel = self._channel
+        if channel is not None and not channel.is_closing():
+            for frame in frames:
+                self._send_frame(channel, frame)
 
     def _answered(self, n: int, answer: Answer) -> None:
         self._answered_all([(n, answer)])
