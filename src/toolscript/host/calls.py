@@ -442,10 +442,11 @@ class CallLedger:
         return call
 
     def _seen(self, n: int, fates: list[FateRow]) -> None:
-        call = self._acknowledgeable(n, "seen")
-        if call is None:
-            return
-        if not call.answer_sent:
+        call = self._calls.get(n)
+        if call is None or call.kernel_seen or call.unwaited is not None or not call.answer_sent:
+            call = self._acknowledgeable(n, "seen")
+            if call is None:
+                return
             raise ProtocolViolation(
                 f"the kernel said the answer of call {n} ({call.tool}) was seen, but the "
                 "host had not answered that call"

@@ -746,8 +746,8 @@ class Interpreter:
             self._watch = None
             self._broke(
                 f"script {watch.script} said it was done, but the interpreter did not confirm "
-                "that its code had stopped before its time limit and grace were over: the "
-                "script forged its 'done' and its code ran on",
+                "that its code had stopped before its time limit and grace were over (the "
+                "script forged its 'done' and ran on, or left code that holds the interpreter)",
                 culprit=watch.script,
             )
             return

@@ -253,6 +253,9 @@ class Kernel:
         script = self._script
         running = script.id if script is not None and not script.finished else None
         self.post(encode({"t": "checked", "token": token, "running": running}))
+        # Out now, not at the end of this pass of the loop: a script about to run may hold
+        # the loop for as long as it likes, and the host waits for this answer.
+        self._flush()
         return running
 
     def _start_script(self, message: dict[str, Any]) -> None:
