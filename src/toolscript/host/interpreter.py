@@ -771,6 +771,8 @@ class Interpreter:
             self._watch = None
             if watch.timer is not None:
                 watch.timer.cancel()
+        if self._done is not None and self.launch.busy is not None:
+            self.launch.busy.expect()  # the answer to an exec: the script's own frames follow
 
     def _stray_done(self, script: object) -> NoReturn:
         named = str(script)[:80]
