@@ -805,9 +805,12 @@ class Shell:
         note = None
         if interpreter is not None:
             self._reset_reason = self._reset_reason or (
-                f"the previous interpreter ended ({interpreter.fault or 'it exited'})"
-                if interpreter.broken is None
-                else _broken_reset_words(interpreter.broken)
+                _broken_reset_words(interpreter.broken)
+                if interpreter.broken is not None
+                else f"the previous one was killed because a script broke the protocol "
+                f"({interpreter.fault})"
+                if interpreter.fault is not None
+                else "the previous interpreter ended (it exited)"
             )
             self._interpreter = None
             await self._drop(interpreter, close=False)
@@ -1012,9 +1015,10 @@ def _result_from(
     elif ending == "fault":
         status = "crashed"
         words.append(
-            f"The interpreter broke the protocol ({outcome.fault}) and was killed. This happens "
-            "when a script writes to the interpreter's private channel. Its state is gone: the "
-            "next run starts a fresh interpreter."
+            f"The script broke the protocol between its interpreter and the host: "
+            f"{outcome.fault}. Script code must not write to the interpreter's private channel. "
+            "The interpreter was killed: its state is gone, and the next run starts a fresh "
+            "interpreter."
         )
     else:
         status = "crashed"
@@ -1104,7 +1108,7 @@ def _reset_words(outcome: Outcome, status: str) -> str:
     if outcome.ending == "killed":
         return "the previous one was killed because it did not stop after the interrupt"
     if outcome.ending == "fault":
-        return f"the previous one broke the protocol ({outcome.fault})"
+        return f"the previous one was killed because a script broke the protocol ({outcome.fault})"
     if outcome.ending == "broken":
         return _broken_reset_words(str(outcome.report.get("broken")))
     if outcome.report.get("memory"):

@@ -161,7 +161,7 @@ async def test_a_script_that_puts_another_epoll_in_place_of_the_kernels_is_caugh
 async def test_a_thread_that_closes_the_epoll_between_two_scripts_does_not_blame_the_next(
     make_runtime: MakeRuntime, fork: bool, tmp_path: Path
 ) -> None:
-    runtime = await started(make_runtime, fork)
+    runtime = await started(make_runtime, fork, mounts={tmp_path: "rw"})
     go = tmp_path / "go"
     os.mkfifo(go)
     armed = await runtime.run(
@@ -175,8 +175,10 @@ async def test_a_thread_that_closes_the_epoll_between_two_scripts_does_not_blame
     )
     assert armed.status == "ok", armed.text
     interpreter = runtime.shell("default")._interpreter
-    assert interpreter is not None and interpreter.pid is not None
-    epoll = Path(f"/proc/{interpreter.pid}/fd/{armed.value}")
+    assert interpreter is not None
+    kernel = interpreter.kernel_pid()  # in a sandbox, the init's child
+    assert kernel is not None
+    epoll = Path(f"/proc/{kernel}/fd/{armed.value}")
     assert epoll.exists()
     # The script has ended, its thread lives on: now it closes the epoll.
     os.close(os.open(go, os.O_WRONLY))

@@ -182,6 +182,7 @@ class CallReport:
 class _Call:
     __slots__ = (
         "answer_brief",
+        "answer_sent",
         "answered_at",
         "args_brief",
         "before_start",
@@ -206,6 +207,7 @@ class _Call:
         self.script = script
         self.made_at = made_at
         self.answered_at: float | None = None
+        self.answer_sent = False  # the host answered it (a value, an error, a refusal)
         self.answer_brief: str | None = None
         self.is_error = False
         self.refused = False
@@ -251,14 +253,34 @@ class _Tally:
             self.unlisted[call.tool] += 1
 
 
+class ProtocolViolation(ValueError):
+    """A frame claimed what the host knows to be false: the script wrote to the channel.
+
+    `script` names the script to blame when it is not the one running (None: that one).
+    """
+
+    def __init__(self, message: str, script: str | None = None) -> None:
+        super().__init__(message)
+        self.script = script
+
+
 class CallLedger:
-    """The calls of one interpreter (one generation), grouped by the script they belong to."""
+    """The calls of one interpreter (one generation), grouped by the script they belong to.
+
+    The kernel's word is checked against what the host knows, never simply believed: calls
+    come numbered 1, 2, 3, ... in the order they were made (the kernel numbers them so), and
+    each is acknowledged at most once, `seen` only after the host answered it. A frame that
+    says otherwise was written by the script, and raises `ProtocolViolation` before its
+    claim changes any call. (A call whose fate is final is let go of; a claim about it can
+    change nothing and is not checked.)
+    """
 
     def __init__(self, prefix: str, shell: str, journal: Journal) -> None:
         self._prefix = prefix
         self._shell = shell
         self._journal = journal
         self._calls: dict[int, _Call] = {}
+        self._next = 1  # the number the next call frame must carry
         self._script: str | None = None
         self._tally: _Tally | None = None
         self._between = _Tally()
@@ -280,7 +302,8 @@ class CallLedger:
         """Register call frames and journal them in one transaction, before any is acted on.
 
         Returns `(n, call, args)` for each call to dispatch; refused ones are settled here.
-        Raises `ValueError` for a frame that is not a well-formed call (a protocol fault).
+        Raises `ValueError` for a frame that is not a well-formed call, `ProtocolViolation`
+        for one out of its turn (both protocol faults).
         """
         starts: list[StartRow] = []
         todo: list[tuple[int, _Call, dict[str, Any]]] = []
@@ -288,41 +311,57 @@ class CallLedger:
         between = self._between
         current = self._tally if self._tally is not None else between
         made_at = time.time()  # one reading for the frames of one read
-        for frame in frames:
-            n = frame.get("n")
-            tool = frame.get("tool")
-            if type(n) is not int or type(tool) is not str or n in calls:
-                raise ValueError("a call frame without a fresh number and a tool name")
-            refused = frame.get("refused")
-            args = frame.get("args")
-            if refused is None and type(args) is not dict:
-                raise ValueError("a call frame whose arguments are not an object")
-            script = frame.get("script")
-            script_id = script if script == running and script is not None else None
-            args_brief = str(frame.get("brief", "")) if refused is not None else brief(args)
-            call = _Call(f"{prefix}.{n}", tool, args_brief, script_id, made_at)
-            calls[n] = call
-            # Made while no script ran: the next script's report lists it as made before it
-            # started, even if its fate is settled (seen) before that script begins.
-            tally = current if script_id is not None else between
-            call.before_start = tally is between
-            tally.made += 1
-            tally.open[n] = call
-            starts.append((call.id, script_id, shell, tool, args_brief, made_at))
-            if refused is not None:
-                call.refused = True
-                call.answer_brief = str(refused)
-            else:
-                assert type(args) is dict
-                todo.append((n, call, args))
-        self._journal.record_call_rows(starts)
+        try:
+            for frame in frames:
+                n = frame.get("n")
+                tool = frame.get("tool")
+                if type(n) is not int or type(tool) is not str:
+                    raise ValueError("a call frame without a number and a tool name")
+                if n != self._next:
+                    raise ProtocolViolation(
+                        f"a call numbered {_number(n)} came where call {self._next} was due "
+                        "(the interpreter numbers its calls one after another)"
+                    )
+                refused = frame.get("refused")
+                args = frame.get("args")
+                if refused is None and type(args) is not dict:
+                    raise ValueError("a call frame whose arguments are not an object")
+                self._next = n + 1
+                script = frame.get("script")
+                script_id = script if script == running and script is not None else None
+                args_brief = str(frame.get("brief", "")) if refused is not None else brief(args)
+                call = _Call(f"{prefix}.{n}", tool, args_brief, script_id, made_at)
+                calls[n] = call
+                # Made while no script ran: the next script's report lists it as made before
+                # it started, even if its fate is settled (seen) before that script begins.
+                tally = current if script_id is not None else between
+                call.before_start = tally is between
+                tally.made += 1
+                tally.open[n] = call
+                starts.append((call.id, script_id, shell, tool, args_brief, made_at))
+                if refused is not None:
+                    call.refused = True
+                    call.answer_brief = str(refused)
+                else:
+                    assert type(args) is dict
+                    todo.append((n, call, args))
+        finally:
+            # Calls before a frame that was not one were made all the same: journaled, though
+            # not dispatched (the interpreter is replaced), so they are reported pending.
+            self._journal.record_call_rows(starts)
         return todo
+
+    def tool_of(self, n: int) -> str:
+        """The tool that call `n` is for, while the ledger holds the call."""
+        call = self._calls.get(n)
+        return call.tool if call is not None else "the tool"
 
     def refuse(self, n: int, reason: str) -> None:
         """A call the host would not dispatch (unknown tool, invalid arguments)."""
         call = self._calls.get(n)
         if call is not None:
             call.refused = True
+            call.answer_sent = True
             call.answer_brief = reason
             call.is_error = True
 
@@ -332,6 +371,7 @@ class CallLedger:
             call = self._calls.get(n)
             if call is not None:
                 call.host_cause = host_cause
+                call.answer_sent = True
             return
         self.answered_all([(n, is_error, value)])
 
@@ -345,6 +385,7 @@ class CallLedger:
             if call is None:
                 continue
             call.answered_at = now
+            call.answer_sent = True
             call.is_error = is_error
             call.answer_brief = text = brief(value)
             rows.append((call.id, now, is_error, text))
@@ -355,7 +396,11 @@ class CallLedger:
 
     def acknowledged(self, acks: Iterable[Any] = (), seen: Iterable[Any] = ()) -> None:
         """The kernel's word on calls: `seen` holds the numbers of calls whose answer code
-        took; each of `acks` is `[n, "unwaited", cause, arrived]` (or `[n, "seen"]`)."""
+        took; each of `acks` is `[n, "unwaited", cause, arrived]` (or `[n, "seen"]`).
+
+        Raises `ProtocolViolation` for a claim the host knows to be false (see the class),
+        `ValueError` for one that is not a claim at all; the claims before it stand.
+        """
         fates: list[FateRow] = []  # journaled together: one buffer lock for a gather's acks
         try:
             for n in seen:
@@ -365,22 +410,47 @@ class CallLedger:
             for ack in acks:
                 if type(ack) is not list or len(ack) < 2:
                     raise ValueError("an acknowledgement that is not a list of at least two items")
+                n = ack[0]
+                if type(n) is not int:
+                    raise ValueError("an acknowledgement that is not of a call number")
                 if ack[1] == "seen":
-                    self._seen(ack[0], fates)
+                    self._seen(n, fates)
                 elif ack[1] == "unwaited" and len(ack) >= 4:
-                    call = self._calls.get(ack[0])
-                    if call is not None:
-                        call.unwaited = (str(ack[2]), bool(ack[3]))
+                    self._unwaited(n, ack[2], ack[3])
                 else:
                     raise ValueError("an acknowledgement of an unknown kind")
         finally:
             if fates:
                 self._journal.settle_call_rows(fates)
 
-    def _seen(self, n: int, fates: list[FateRow]) -> None:
+    def _acknowledgeable(self, n: int, claim: str) -> _Call | None:
+        """The call `n` that a claim is about, if the ledger still holds it; raises
+        `ProtocolViolation` if it was never made or was acknowledged already."""
         call = self._calls.get(n)
         if call is None:
-            return
+            if not 0 < n < self._next:
+                raise ProtocolViolation(
+                    f"the kernel said the answer of call {_number(n)} was {claim}, but no such "
+                    "call was made"
+                )
+            return None  # its fate is final and it was let go: the claim changes nothing
+        if call.kernel_seen or call.unwaited is not None:
+            raise ProtocolViolation(
+                f"the kernel said the answer of call {n} ({call.tool}) was {claim}, but it "
+                "had already acknowledged that call"
+            )
+        return call
+
+    def _seen(self, n: int, fates: list[FateRow]) -> None:
+        call = self._calls.get(n)
+        if call is None or call.kernel_seen or call.unwaited is not None or not call.answer_sent:
+            call = self._acknowledgeable(n, "seen")
+            if call is None:
+                return
+            raise ProtocolViolation(
+                f"the kernel said the answer of call {n} ({call.tool}) was seen, but the "
+                "host had not answered that call"
+            )
         call.kernel_seen = True
         tally = self._open_tally(n)
         if tally is not None and not call.refused and call.host_cause is None:
@@ -389,6 +459,24 @@ class CallLedger:
             fates.append((call.id, "seen", None))
             if call.answered_at is not None:
                 del self._calls[n]
+
+    def _unwaited(self, n: int, cause: object, arrived: object) -> None:
+        call = self._acknowledgeable(n, "not waited for")
+        if call is None:
+            return
+        if cause not in _UNWAITED_CAUSES or type(arrived) is not bool:
+            raise ValueError("an 'unwaited' acknowledgement without a known cause")
+        if call.refused and not call.answer_sent:
+            raise ProtocolViolation(
+                f"the kernel said it stopped waiting for call {n} ({call.tool}), which it "
+                "had refused itself and never waited for"
+            )
+        if arrived and not call.answer_sent:
+            raise ProtocolViolation(
+                f"the kernel said the answer of call {n} ({call.tool}) had arrived, but the "
+                "host had not answered that call"
+            )
+        call.unwaited = (str(cause), arrived)
 
     def settle(self, interpreter_gone: bool) -> CallReport:
         """Close the running script's report: every call it made gets its fate now."""
@@ -420,6 +508,15 @@ class CallLedger:
         if n in self._between.open:
             return self._between
         return None
+
+
+_UNWAITED_CAUSES = frozenset(("timeout", "cancelled", "stopped"))
+"""Why the kernel says code stopped waiting for a call."""
+
+
+def _number(n: object) -> str:
+    """A call number from a frame, for a message: short whatever the frame held."""
+    return str(n) if type(n) is int and -(10**12) < n < 10**12 else "out of any range"
 
 
 def _fate(call: _Call, interpreter_gone: bool) -> tuple[str, str | None]:

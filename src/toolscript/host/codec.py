@@ -2,8 +2,8 @@
 
 The kernel is standard-library only; the host is not, and decoding and encoding frames is
 most of a tool call's cost in the host. orjson is used where it can be; where it refuses
-(lone surrogates, integers over 64 bits) the standard library takes over, so what is valid
-for the kernel is valid here.
+(lone surrogates, integers over 64 bits, NaN and the infinities) the standard library takes
+over, so what is valid for the kernel is valid here, and means the same.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ def encode(message: dict[str, Any]) -> bytes:
     try:
         body = _orjson_dumps(message)
     except TypeError:
+        return wire.encode(message)  # an integer over 64 bits: written exactly
+    # orjson writes NaN and the infinities as null, where the standard library keeps them.
+    # An answer whose value is None holds no other null: the common case stays on orjson.
+    if b"null" in body and message.get("value", _NO_VALUE) is not None:
         return wire.encode(message)
     return _pack(len(body)) + body
 
@@ -33,10 +37,19 @@ def decode_body(body: bytes) -> dict[str, Any]:
     try:
         message = _orjson_loads(body)
     except orjson.JSONDecodeError:
-        return wire.decode_body(body)  # lone surrogates, huge numbers, or really broken
+        return wire.decode_body(body)  # lone surrogates, NaN, or really broken
     if type(message) is not dict:
         raise wire.FrameError(f"a frame holds a JSON {type(message).__name__}, not an object")
+    if message.get("t") == "call" and _NINETEEN_DIGITS in body.translate(_DIGITS_AS_ZEROS):
+        # orjson reads an integer out of 64 bits as a float: one has 19 digits in a row at
+        # least (-2**63 - 1). Such a run in a string only costs the slower, exact decoding.
+        return wire.decode_body(body)
     return message
+
+
+_NO_VALUE = object()
+_NINETEEN_DIGITS = b"0" * 19
+_DIGITS_AS_ZEROS = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
 
 
 def reader(max_frame: int = wire.MAX_FRAME) -> wire.FrameReader:

@@ -13,21 +13,22 @@ import contextlib
 import contextvars
 import json
 import os
+import random
 import secrets
 import signal
 import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..kernel import wire
 from ..kernel.descriptors import BROKEN_EXIT
 from . import codec
 from .busypoll import LoopPoll
-from .calls import CallLedger, CallReport
+from .calls import CallLedger, CallReport, ProtocolViolation
 from .catalogue import Answer, ToolCatalogue, Waiting
-from .journal import Journal
+from .journal import Journal, JournalClosedError
 from .output import Captured, StreamCapture
 from .sandbox import Sandbox
 from .template import Template, TemplateError, kernel_command
@@ -48,6 +49,9 @@ _EAGER = sys.version_info >= (3, 12)
 """Whether tasks can run their first step at once (`eager_start`, Python 3.12)."""
 _EAGER_START: dict[str, Any] = {"eager_start": True}
 
+_MAX_ANSWER_FRAME = wire.MAX_FRAME + wire.HEADER.size
+"""The longest frame the kernel takes: its header and a body of `MAX_FRAME` bytes."""
+
 _HOST_CAUSES = ("tool_timeout", "source_gone")
 """The answers that are the host's own word that it gave up, not the handler's."""
 
@@ -56,6 +60,13 @@ PIPE_READ_SIZE = 64 * 1024
 
 SHUTDOWN_WAIT = 2.0
 """Seconds to wait for a kernel to exit after `shutdown` before it is killed."""
+
+CHECK_DELAY = 0.05
+"""Seconds after a script's `done` before the host asks the kernel whether its code really
+ended, unless the next script (which asks too) comes first."""
+
+CHECK_WAIT = 1.0
+"""The least time, after a `done`, that the kernel has to confirm the script's end."""
 
 
 class InterpreterStartError(Exception):
@@ -145,6 +156,10 @@ class Interpreter:
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._done: asyncio.Future[dict[str, Any]] | None = None
         self._script: str | None = None
+        self._last_script: str | None = None  # the script that ran last, or runs now
+        self._deadline = 0.0  # when the running script's time limit and grace end
+        self._watch: _EndWatch | None = None
+        self._tokens = random.Random(secrets.randbits(128))
         self._tasks: set[asyncio.Task[Any]] = set()
         self._exited = asyncio.Event()
         self._pipes_closed = asyncio.Event()
@@ -453,7 +468,8 @@ class Interpreter:
         self._stdout.begin(marker, at_start_marker=not self._quiet)
         self._stderr.begin(marker, at_start_marker=not self._quiet)
         self._done = loop.create_future()
-        self._script = script_id
+        self._script = self._last_script = script_id
+        self._deadline = loop.time() + time_limit + grace
         self.ledger.begin_script(script_id)
         busy = self.launch.busy
         exec_frame: dict[str, Any] = {
@@ -463,6 +479,10 @@ class Interpreter:
             "marker": marker,
             "grace": grace,
         }
+        watch = self._watch
+        if watch is not None:
+            exec_frame["check"] = watch.token  # the kernel checks before it starts this one
+            watch.asked = True
         if busy is not None:
             exec_frame["busy_poll"] = busy.script_started()
         stop_reason: str | None = None
@@ -540,6 +560,11 @@ class Interpreter:
         else:
             await self._stdout.wait_ended(OUTPUT_END_WAIT)
             await self._stderr.wait_ended(OUTPUT_END_WAIT)
+        if self.fault is not None and not gone:
+            # Found broken while its output was awaited (its `done` was forged, say): the
+            # result says so, rather than what the frame claimed.
+            status, gone = "fault", True
+            await self.kill()
         never_started = gone and not self._stdout.started and not self._stderr.started
         stdout = self._stdout.take()
         stderr = self._stderr.take()
@@ -576,7 +601,9 @@ class Interpreter:
         channel = self._channel
         if channel is None or channel.is_closing():
             return
-        frame = codec.encode(message)
+        self._send_frame(channel, codec.encode(message))
+
+    def _send_frame(self, channel: asyncio.Transport, frame: bytes) -> None:
         if self._outbox:
             self._outbox.append(frame)
             if len(self._outbox) >= BATCH:
@@ -610,6 +637,8 @@ class Interpreter:
         try:
             messages = self._reader.feed(data)
             self._handle(messages)
+        except ProtocolViolation as error:
+            self._broke(str(error), error.script)
         except (wire.FrameError, ValueError, KeyError, TypeError) as error:
             self._broke(str(error))
         except Exception as error:
@@ -639,9 +668,12 @@ class Interpreter:
                 self.ledger.acknowledged(message.get("acks", ()), message.get("seen", ()))
             elif kind == "done":
                 if self._done is None or message.get("script") != self._script:
-                    raise ValueError("a 'done' frame for no running script")
+                    self._stray_done(message.get("script"))
                 if not self._done.done():
                     self._done.set_result(message)
+                    self._watch_end(str(message["script"]))
+            elif kind == "checked":
+                self._checked(message)
             elif kind in self._waiters:
                 waiter = self._waiters[kind]
                 if not waiter.done():
@@ -724,7 +756,33 @@ class Interpreter:
             self._tasks.discard(asyncio.current_task(self._loop))
 
     def _answered_all(self, answers: list[tuple[int, Answer]]) -> None:
-        """Journal handlers' answers, then send them."""
+        """Journal handlers' answers, then send them.
+
+        An answer the channel cannot carry (over `wire.MAX_FRAME`, or not JSON) becomes an
+        error answer saying so: the script gets a `ToolError`, the interpreter stays.
+        """
+        encode = codec.encode
+        frames: list[bytes] = []
+        for i, (n, answer) in enumerate(answers):
+            try:
+                frame = encode(answer.to_frame(n))
+            except (TypeError, ValueError, RecursionError, MemoryError) as error:
+                problem = f"could not be sent as JSON ({type(error).__name__}: {error})"
+            else:
+                if len(frame) <= _MAX_ANSWER_FRAME:
+                    frames.append(frame)
+                    continue
+                problem = (
+                    f"was {len(frame) / 1e6:,.0f} MB as JSON, over the {wire.MAX_FRAME >> 20} "
+                    "MiB limit of the interpreter's channel, so it was not sent"
+                )
+            message = (
+                f"the answer of {self.ledger.tool_of(n)} {problem}. The tool ran, so its effect "
+                "happened: ask it for less at a time."
+            )
+            answer = Answer("error", message, message)
+            answers[i] = (n, answer)
+            frames.append(encode(answer.to_frame(n)))
         self.ledger.answered_all(
             (n, answer.kind != "value", answer.value)
             for n, answer in answers
@@ -733,15 +791,100 @@ class Interpreter:
         for n, answer in answers:
             if answer.kind in _HOST_CAUSES:
                 self.ledger.answered(n, True, None, host_cause=answer.kind)
-            self.send(answer.to_frame(n))
+        channel = self._channel
+        if channel is not None and not channel.is_closing():
+            for frame in frames:
+                self._send_frame(channel, frame)
 
     def _answered(self, n: int, answer: Answer) -> None:
         self._answered_all([(n, answer)])
 
-    def _broke(self, reason: str) -> None:
+    # -- what the kernel claims --------------------------------------------------------------
+
+    # Goal: a script's `done` cannot buy its code time. What fails: believing the frame. The
+    # script shares the kernel's process and can write a `done` of its own, with the right
+    # script id, and go on running: the host would report the script ended, and its code
+    # would run on past its time limit, unseen. Waiting for the kernel's own `done` (a
+    # second one) fails too: a loop that never yields never sends it. What we do: after a
+    # `done`, the host asks the kernel whether the script's code still runs, with a token
+    # the script cannot know before the host sends it (in the next `exec`, or alone after
+    # `CHECK_DELAY`). The kernel answers from its event loop, which code still running in
+    # the script's cell keeps busy, or finds the cell not finished and says so. An answer
+    # that the code still runs, or no answer by the end of the script's time limit and
+    # grace (and at least `CHECK_WAIT` after the `done`), is a protocol violation: the
+    # interpreter is killed, and the script's journal row says why. The result of the run
+    # may have gone out already; the next run then starts a fresh interpreter and says so.
+    # The honest kernel's cost is one small frame per script, answered at once. (A script
+    # that reads the channel itself and answers for the kernel is the kernel; no frame can
+    # tell it apart. The sandbox is what bounds that one.)
+
+    def _watch_end(self, script_id: str) -> None:
+        loop = self._loop
+        deadline = max(self._deadline, loop.time() + CHECK_WAIT)
+        watch = _EndWatch(script_id, f"{self._tokens.getrandbits(64):016x}", deadline)
+        if self._watch is not None and self._watch.timer is not None:
+            self._watch.timer.cancel()
+        self._watch = watch
+        watch.timer = loop.call_later(CHECK_DELAY, self._watch_check)
+
+    def _watch_check(self) -> None:
+        watch = self._watch
+        if watch is None or not self.alive or self.closing:
+            return
+        if self._loop.time() >= watch.deadline:
+            self._watch = None
+            self._broke(
+                f"script {watch.script} said it was done, but the interpreter did not confirm "
+                "that its code had stopped before its time limit and grace were over (the "
+                "script forged its 'done' and ran on, or left code that holds the interpreter)",
+                culprit=watch.script,
+            )
+            return
+        if not watch.asked:
+            watch.asked = True
+            self.send({"t": "check", "token": watch.token})
+        watch.timer = self._loop.call_at(watch.deadline, self._watch_check)
+
+    def _checked(self, message: dict[str, Any]) -> None:
+        watch = self._watch
+        running = message.get("running")
+        if running is not None:
+            culprit = watch.script if watch is not None else self._last_script
+            raise ProtocolViolation(
+                f"script {culprit} said it was done while its code was still running (the "
+                "interpreter found it running when the host asked): the script forged its "
+                "'done'",
+                culprit,
+            )
+        if watch is not None and message.get("token") == watch.token:
+            self._watch = None
+            if watch.timer is not None:
+                watch.timer.cancel()
+        if self._done is not None and self.launch.busy is not None:
+            self.launch.busy.expect()  # the answer to an exec: the script's own frames follow
+
+    def _stray_done(self, script: object) -> NoReturn:
+        named = str(script)[:80]
+        ended = self._watch.script if self._watch is not None else self._last_script
+        if script == ended and ended != self._script:
+            raise ProtocolViolation(
+                f"a second 'done' came for script {named}: the script forged the first", ended
+            )
+        if self._script is None:
+            raise ProtocolViolation(f"a 'done' came for script {named}, but no script was running")
+        raise ProtocolViolation(
+            f"a 'done' came for script {named}, but script {self._script} was running"
+        )
+
+    def _broke(self, reason: str, culprit: str | None = None) -> None:
         if self.fault is not None:
             return
         self.fault = reason
+        self._drop_watch()
+        culprit = culprit or self._script or self._last_script
+        if culprit is not None:
+            with contextlib.suppress(JournalClosedError):
+                self._journal.record_violation(culprit, reason)
         if self._started:
             self._signal(signal.SIGKILL)
         if self._done is not None and not self._done.done():
@@ -757,11 +900,17 @@ class Interpreter:
         if not self._exited.is_set() and not self.closing:
             self._broke("it closed its channel to the host")
 
+    def _drop_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None and watch.timer is not None:
+            watch.timer.cancel()
+
     def exited(self, returncode: int | None) -> None:
         self.returncode = returncode
         if returncode == BROKEN_EXIT and self.broken is None:
             self.broken = f"the kernel could not say which: it exited with code {returncode}"
         self._exited.set()
+        self._drop_watch()
         if self._done is not None and not self._done.done():
             self._done.set_result({"status": "crashed"})
 
@@ -786,6 +935,19 @@ def _pid_of(pidfd: int) -> int | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+class _EndWatch:
+    """A script whose `done` came, and whose end the kernel has yet to confirm."""
+
+    __slots__ = ("asked", "deadline", "script", "timer", "token")
+
+    def __init__(self, script: str, token: str, deadline: float) -> None:
+        self.script = script
+        self.token = token
+        self.deadline = deadline
+        self.asked = False
+        self.timer: asyncio.TimerHandle | None = None
 
 
 def describe_exit(returncode: int | None) -> str:

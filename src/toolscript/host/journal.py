@@ -188,7 +188,11 @@ class JournalCall:
 
 @dataclass(frozen=True, slots=True)
 class JournalScript:
-    """One script as the journal knows it. `status` and `ended_at` are `None` until it ends."""
+    """One script as the journal knows it. `status` and `ended_at` are `None` until it ends.
+
+    `violation` says how the script broke the protocol between its interpreter and the host
+    (a frame it forged), which got its interpreter killed; `None` if it did not.
+    """
 
     script_id: str
     shell: str
@@ -196,6 +200,7 @@ class JournalScript:
     started_at: float
     ended_at: float | None
     status: str | None
+    violation: str | None = None
 
 
 _SCHEMA = """
@@ -219,7 +224,8 @@ CREATE TABLE scripts (
     ended_at REAL,
     status TEXT,
     calls_after INTEGER NOT NULL,
-    calls_up_to INTEGER
+    calls_up_to INTEGER,
+    violation TEXT
 );
 CREATE TABLE calls (
     id INTEGER PRIMARY KEY,
@@ -278,6 +284,8 @@ _INSERT_SCRIPT = (
     "INSERT OR IGNORE INTO scripts (script_id, host_id, shell, generation, code, started_at, "
     f"calls_after) VALUES (?, ?, ?, ?, ?, ?, ({_LAST_CALL}))"
 )
+
+_RECORD_VIOLATION = "UPDATE scripts SET violation = ? WHERE script_id = ?"
 
 _END_SCRIPT = (
     f"UPDATE scripts SET status = ?, ended_at = ?, calls_up_to = ({_LAST_CALL}) WHERE script_id = ?"
@@ -345,6 +353,7 @@ class _Buffer:
     answers: list[AnswerRow] = field(default_factory=list)
     fates: list[FateRow] = field(default_factory=list)
     ends: list[tuple[str, float, str]] = field(default_factory=list)
+    violations: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -479,6 +488,15 @@ class Journal:
             if self._closed:
                 raise JournalClosedError()
             self._buffer.ends.append((status, ended_at, script_id))
+            if not self._filled:
+                self._fill()
+
+    def record_violation(self, script_id: str, violation: str) -> None:
+        """Record that a script broke the protocol, and how (buffered, like `end_script`)."""
+        with self._buffer_lock:
+            if self._closed:
+                raise JournalClosedError()
+            self._buffer.violations.append((_storable(violation), script_id))
             if not self._filled:
                 self._fill()
 
@@ -632,7 +650,10 @@ class Journal:
 
     def scripts(self, shell: str | None = None, limit: int | None = None) -> list[JournalScript]:
         """Scripts in the order they started, oldest first; `limit` keeps the most recent."""
-        query = "SELECT script_id, shell, generation, started_at, ended_at, status FROM scripts"
+        query = (
+            "SELECT script_id, shell, generation, started_at, ended_at, status, violation "
+            "FROM scripts"
+        )
         parameters: list[object] = []
         if shell is not None:
             query += " WHERE shell = ?"
@@ -767,6 +788,7 @@ class Journal:
                 taken.answers + later.answers,
                 taken.fates + later.fates,
                 taken.ends + later.ends,
+                taken.violations + later.violations,
             )
             if self._closed:
                 self._filled = True
@@ -852,6 +874,8 @@ class Journal:
                 db.execute(_SETTLE_CALLS, {"fate": fate, "cause": cause, "rows": json.dumps(rows)})
         if taken.ends:
             db.executemany(_END_SCRIPT, taken.ends)
+        if taken.violations:
+            db.executemany(_RECORD_VIOLATION, taken.violations)
         new_rows: dict[str, int] = {}
         for i, call_id in enumerate(ids):
             state = fresh_states.get(call_id, _OPEN)
@@ -1096,6 +1120,12 @@ def _prepare_schema(db: sqlite3.Connection, where: str) -> None:
             db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
         elif found > SCHEMA_VERSION:
             raise JournalVersionError(where, found, SCHEMA_VERSION)
+        else:
+            columns = {row[1] for row in db.execute("PRAGMA table_info(scripts)")}
+            if "violation" not in columns:
+                # Added to version 1 without a new version: a nullable column that older
+                # code neither reads nor writes, so both can keep sharing the file.
+                db.execute("ALTER TABLE scripts ADD COLUMN violation TEXT")
 
 
 def _repeated_call_id() -> ValueError:

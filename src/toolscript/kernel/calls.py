@@ -32,7 +32,7 @@ from typing import Any
 
 from .brief import brief
 from .content import from_wire
-from .wire import encode, encode_call
+from .wire import MAX_FRAME, encode, encode_call
 
 
 class ToolError(Exception):
@@ -141,6 +141,7 @@ class CallTable:
         self._script_id = script_id
         self._stopping = stopping
         self._numbers = itertools.count(1)
+        self._numbering = threading.Lock()
         self._waiting: dict[int, _Call] = {}
         self._acks: list[list[Any]] = []  # [n, "unwaited", cause, arrived] each
         self._seen: list[int] = []  # the numbers of calls whose answer code took
@@ -166,52 +167,68 @@ class CallTable:
         loop = self._loop if threading.get_ident() == _MAIN_THREAD else asyncio.get_running_loop()
         caller = sys._getframe(1)
         task = _current_task(loop)
-        n = next(self._numbers)
         carried = bool(self._acks or self._seen) and loop is self._loop
-        try:
-            if carried:
-                # Acknowledgements still waiting travel in the call's own frame: one frame
-                # and one wake-up of the host for both.
-                frame = encode(
-                    self._with_acks(
-                        {
-                            "t": "call",
-                            "n": n,
-                            "tool": key,
-                            "args": args,
-                            "script": self._script_id(),
-                        }
-                    )
-                )
-            else:
-                frame = encode_call(n, key, args, self._script_id())
-        except (TypeError, ValueError, RecursionError, MemoryError) as error:
-            reason = f"its arguments cannot be sent as JSON ({type(error).__name__}: {error})"
-            self._post(
-                encode(
-                    {
-                        "t": "call",
-                        "n": n,
-                        "tool": key,
-                        "refused": reason,
-                        "brief": brief(args),
-                        "script": self._script_id(),
-                    }
-                )
-            )
-            raise ToolError(f"{key}: the call was not sent: {reason}") from None
-        if carried:
-            self._acks = []
-            self._seen = []
         future: asyncio.Future[Any] = loop.create_future()
-        call = _Call(n, loop, future)
+        # The host takes call numbers strictly in order (a number out of order is a frame the
+        # script forged): the number and the frame's place on the wire are taken together.
+        with self._numbering:
+            n = next(self._numbers)
+            refused: str | None = None
+            try:
+                if carried:
+                    # Acknowledgements still waiting travel in the call's own frame: one
+                    # frame and one wake-up of the host for both.
+                    frame = encode(
+                        self._with_acks(
+                            {
+                                "t": "call",
+                                "n": n,
+                                "tool": key,
+                                "args": args,
+                                "script": self._script_id(),
+                            }
+                        )
+                    )
+                else:
+                    frame = encode_call(n, key, args, self._script_id())
+                if len(frame) > _MAX_CALL_FRAME:
+                    refused = (
+                        f"its arguments were {len(frame) / 1e6:,.0f} MB as JSON, over the "
+                        f"{MAX_FRAME >> 20} MiB limit of the interpreter's channel"
+                    )
+            except (TypeError, ValueError, RecursionError, MemoryError) as error:
+                refused = f"its arguments cannot be sent as JSON ({type(error).__name__}: {error})"
+            except BaseException:
+                refused = "the call was interrupted before it was sent"
+                raise
+            finally:
+                if refused is not None:
+                    # The number goes out whatever stopped the call, so that none is missing.
+                    self._post(
+                        encode(
+                            {
+                                "t": "call",
+                                "n": n,
+                                "tool": key,
+                                "refused": refused,
+                                "brief": brief(args),
+                                "script": self._script_id(),
+                            }
+                        )
+                    )
+            if refused is not None:
+                raise ToolError(f"{key}: the call was not sent: {refused}")
+            if carried:
+                self._acks = []
+                self._seen = []
+            call = _Call(n, loop, future)
+            self._waiting[n] = call
+            self._post(frame)
         call.held_by_task = (
             task is not None
             and (type(task) is ScriptTask or isinstance(task, ScriptTask))
             and getattr(task.get_coro(), "cr_frame", None) is caller
         )
-        self._waiting[n] = call
-        self._post(frame)
         timer = None
         if timeout is not None:
             call.deadline = loop.time() + timeout
@@ -397,6 +414,9 @@ class CallTable:
 
 
 _MAIN_THREAD = threading.main_thread().ident
+
+_MAX_CALL_FRAME = MAX_FRAME + 4
+"""The longest call frame the host takes: its header and a body of `MAX_FRAME` bytes."""
 
 ACK_DELAY = 0.005
 """Seconds acknowledgements may wait for a frame to travel with."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import builtins
+import collections
 import contextlib
 import contextvars
 import fcntl
@@ -193,6 +194,7 @@ class Kernel:
         asyncio.set_event_loop(self.loop)
         self.loop.set_task_factory(_task_factory)
         self._outbox: list[bytes] = []
+        self._from_threads: collections.deque[bytes] = collections.deque()
         self._wrote_alone = False
         self._quiet = False  # no start marker is needed for the next script
         self._pipes = _is_pipe(1) and _is_pipe(2)  # so `_unread` can tell what is unread
@@ -226,8 +228,22 @@ class Kernel:
         `gather`) go together in one write at the end of it.
         """
         if threading.get_ident() != _MAIN:
-            self.loop.call_soon_threadsafe(self.post, frame)
+            # In order with the main thread's frames: a call made on another thread takes
+            # its number and its place here together (see `CallTable.invoke`), and the main
+            # thread sends what waits here before anything of its own.
+            self._from_threads.append(frame)
+            self.loop.call_soon_threadsafe(self._post_from_threads)
             return
+        if self._from_threads:
+            self._post_from_threads()
+        self._post_here(frame)
+
+    def _post_from_threads(self) -> None:
+        waiting = self._from_threads
+        while waiting:
+            self._post_here(waiting.popleft())
+
+    def _post_here(self, frame: bytes) -> None:
         self._selector.busy.expect()  # the host answers calls and scripts at once
         if self._outbox:
             self._outbox.append(frame)
@@ -268,6 +284,8 @@ class Kernel:
                 self.calls.deliver(message["n"], message)
             elif kind == "exec":
                 self._start_script(message)
+            elif kind == "check":
+                self._answer_check(message.get("token"))
             elif kind == "bind":
                 self._bind(message.get("plans", []))
             elif kind == "setup":
@@ -286,7 +304,27 @@ class Kernel:
         script = self._script
         return script is not None and script.stop_reason is not None
 
+    def _answer_check(self, token: object) -> str | None:
+        """Tell the host whether a script's code is still running, answering its `token`;
+        returns the id of that script, or None. (The host asks after a `done`, which the
+        script may have forged: see `toolscript.host.interpreter`.)"""
+        script = self._script
+        running = script.id if script is not None and not script.finished else None
+        self.post(encode({"t": "checked", "token": token, "running": running}))
+        # Out now, not at the end of this pass of the loop: a script about to run may hold
+        # the loop for as long as it likes, and the host waits for this answer.
+        self._flush()
+        return running
+
     def _start_script(self, message: dict[str, Any]) -> None:
+        previous = self._script
+        if previous is not None and not previous.finished:
+            # The host sends a script only after the last one's `done`, which the script
+            # itself must have forged: the host is told, and nothing more runs over it.
+            self._answer_check(message.get("check"))
+            return
+        if "check" in message:
+            self._answer_check(message["check"])
         if self._init is not None:
             self._seal(None, None)  # no setup came: this interpreter gets no shell folder
         grace = message.get("grace", 1.0)

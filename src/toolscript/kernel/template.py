@@ -208,8 +208,8 @@ def _become_sandboxed_kernel(
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     control.close()
-    for fd in (*wake, _own_pid_namespace, _selector_fd):
-        os.close(fd)
+    for fd in (*wake, _own_pid_namespace, _selector_fd, *_status_pipes.values()):
+        os.close(fd)  # the status pipes are of the template's other children
     init_socket = init.become_init(sandbox, request, status, [channel, out, err])
     os.setsid()  # the kernel leads its own session, as an unconfined one does
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -1,0 +1,178 @@
+"""The host checks what the kernel claims against what it knows (DESIGN §6).
+
+A script shares its kernel's process, so it can write any frame to the channel. A frame that
+contradicts the host (an answer seen that the host never gave, a call out of its turn, a
+`done` for another script, or one sent while the script's code runs on) is a protocol
+violation: the interpreter is replaced, the result and the journal say so, and no fate is
+taken from the forged frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from toolscript import Runtime
+from toolscript.host.journal import JournalScript
+from toolscript.tools.python import tool
+
+from .conftest import GRACE, MakeRuntime, forging, is_gone
+
+
+@tool
+async def echo(value: int) -> int:
+    """Give `value` back."""
+    return value
+
+
+def violation_of(runtime: Runtime, script_id: str) -> str | None:
+    scripts: list[JournalScript] = runtime.journal.scripts()
+    return next(script.violation for script in scripts if script.script_id == script_id)
+
+
+async def kernel_of(runtime: Runtime) -> int:
+    """The host's pid of the default shell's kernel (in a sandbox, not the one it sees)."""
+    assert (await runtime.run("0")).status == "ok"
+    interpreter = runtime.shell("default")._interpreter
+    assert interpreter is not None
+    pid = interpreter.kernel_pid()
+    assert pid is not None
+    return pid
+
+
+async def wait_until_gone(pid: int, deadline: float) -> None:
+    while not is_gone(pid):
+        assert time.monotonic() < deadline, f"the interpreter {pid} still runs"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.timeout(30)
+async def test_a_forged_seen_for_an_unanswered_call_is_a_violation_and_leaves_it_uncertain(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    entered = tmp_path / "entered"
+    release = asyncio.Event()
+
+    @tool
+    async def hold() -> str:
+        """Wait until the test lets go."""
+        entered.touch()
+        await release.wait()
+        return "let go"
+
+    runtime = await make_runtime(tools=[hold])
+    code = forging(
+        "call = asyncio.ensure_future(hold())\n"
+        f"while not os.path.exists({str(entered)!r}):\n"
+        "    await asyncio.sleep(0.005)\n"
+        "forge({'t': 'ack', 'seen': [max(kernel.calls._waiting)]})\n"
+        "await asyncio.sleep(5)\n"
+    )
+    try:
+        result = await runtime.run(code, time_limit=10)
+    finally:
+        release.set()
+    assert result.status == "crashed", result.text
+    assert "broke the protocol" in result.note and "had not answered" in result.note
+    (record,) = result.calls.records
+    assert record.tool == "hold" and record.fate == "pending"
+    assert [call.call_id for call in runtime.journal.uncertain()] == [record.id]
+    assert "had not answered" in (violation_of(runtime, result.script_id) or "")
+    after = await runtime.run("1 + 1")
+    assert after.value == "2" and after.generation == result.generation + 1
+    assert "fresh interpreter" in after.note
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("offset", [1, -1], ids=["a number skipped", "a number used again"])
+async def test_a_call_out_of_its_turn_is_a_violation(
+    make_runtime: MakeRuntime, offset: int
+) -> None:
+    runtime = await make_runtime(tools=[echo])
+    code = forging(
+        "await echo(value=1)\n"
+        "due = int(repr(kernel.calls._numbers)[len('count('):-1])\n"
+        f"forge({{'t': 'call', 'n': due + {offset}, 'tool': 'echo', 'args': {{'value': 2}},\n"
+        "       'script': kernel._script.id})\n"
+        "await asyncio.sleep(5)\n"
+    )
+    result = await runtime.run(code, time_limit=10)
+    assert result.status == "crashed", result.text
+    assert "broke the protocol" in result.note and "where call 2 was due" in result.note
+    assert result.calls.made == 1  # the forged call was neither counted nor dispatched
+    assert "where call 2 was due" in (violation_of(runtime, result.script_id) or "")
+    assert (await runtime.run("1 + 1")).generation == result.generation + 1
+
+
+@pytest.mark.timeout(30)
+async def test_a_done_for_another_script_is_a_violation(runtime_with_echo: Runtime) -> None:
+    runtime = runtime_with_echo
+    code = forging(
+        "forge({'t': 'done', 'script': 'someone-else', 'status': 'ok'})\ntime.sleep(30)\n"
+    )
+    started = time.monotonic()
+    result = await runtime.run(code, time_limit=10)
+    assert time.monotonic() - started < 5
+    assert result.status == "crashed", result.text
+    assert "a 'done' came for script someone-else" in result.note
+    assert "someone-else" in (violation_of(runtime, result.script_id) or "")
+
+
+@pytest.mark.timeout(30)
+async def test_a_forged_done_buys_no_time_for_code_that_goes_on_running(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    runtime = await make_runtime(mounts={tmp_path: "rw"})
+    pid = await kernel_of(runtime)
+    beat = tmp_path / "beat"
+    # The forged `done` says all a real one can (nothing left running, output all read), so
+    # the run returns at once; the loop never yields to the kernel again.
+    code = forging(
+        "forge({'t': 'done', 'script': kernel._script.id, 'status': 'ok', 'quiet': True,\n"
+        "       'drained': True, 'never_awaited': []})\n"
+        "while True:\n"
+        f"    open({str(beat)!r}, 'w').write(str(time.monotonic()))\n"
+        "    time.sleep(0.01)\n"
+    )
+    limit = 1.0
+    started = time.monotonic()
+    result = await runtime.run(code, time_limit=limit)
+    await wait_until_gone(pid, started + limit + GRACE + 1.0)
+    assert beat.exists()  # it did run on after its forged `done`, until it was killed
+    assert "did not confirm that its code had stopped" in (
+        violation_of(runtime, result.script_id) or ""
+    )
+    after = await runtime.run("1 + 1")
+    assert after.value == "2" and after.generation == result.generation + 1
+    if result.status == "ok":  # it returned before the forgery was found: the next run says
+        assert "broke the protocol" in after.note and "forged" in after.note
+    else:
+        assert result.status == "crashed" and "forged" in result.note
+
+
+@pytest.mark.timeout(30)
+async def test_a_forged_done_from_code_that_goes_on_awaiting_is_found_at_once(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    runtime = await make_runtime()
+    pid = await kernel_of(runtime)
+    code = forging(
+        "forge({'t': 'done', 'script': kernel._script.id, 'status': 'ok', 'quiet': True,\n"
+        "       'drained': True, 'never_awaited': []})\n"
+        "while True:\n"
+        "    await asyncio.sleep(0.01)\n"
+    )
+    started = time.monotonic()
+    result = await runtime.run(code, time_limit=10)
+    await wait_until_gone(pid, started + 3.0)  # long before its time limit of 10 s
+    assert "still running" in (violation_of(runtime, result.script_id) or "")
+    after = await runtime.run("1 + 1")
+    assert after.value == "2" and after.generation == result.generation + 1
+
+
+@pytest.fixture
+async def runtime_with_echo(make_runtime: MakeRuntime) -> Runtime:
+    return await make_runtime(tools=[echo])

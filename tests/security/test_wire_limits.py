@@ -1,0 +1,143 @@
+"""What the wire cannot carry is an error the script can handle, and what it carries is exact.
+
+- An answer over the channel's frame bound (`wire.MAX_FRAME`, 64 MiB) is a `ToolError` in the
+  script; the interpreter is kept. So is a call whose arguments are over it.
+- Integers of any size reach a tool, and come back from it, as the same integer.
+- NaN and the infinities are kept both ways (JSON as Python's `json` writes it), never turned
+  into None.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from toolscript.host import codec
+from toolscript.kernel import wire
+from toolscript.tools.python import tool
+
+from .conftest import MakeRuntime
+
+
+@tool
+async def huge() -> str:
+    """A hundred million characters."""
+    return "x" * 100_000_000
+
+
+@tool
+async def describe(value: Any) -> str:
+    """The type and repr of `value`, as the tool got it."""
+    return f"{type(value).__name__}:{value!r}"
+
+
+@tool
+async def give(name: str) -> Any:
+    """The value called `name`."""
+    return {
+        "2**70": 2**70,
+        "10**30": 10**30,
+        "-10**30": -(10**30),
+        "nan": math.nan,
+        "inf": math.inf,
+        "-inf": -math.inf,
+        "nested": {"none": None, "nan": [math.nan], "big": [2**64 - 1]},
+    }[name]
+
+
+@pytest.mark.timeout(60)
+async def test_an_answer_over_the_frame_bound_is_a_tool_error_and_the_interpreter_stays(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime(tools=[huge])
+    await runtime.run("kept = 1")
+    result = await runtime.run(
+        "try:\n    await huge()\nexcept ToolError as error:\n    print(error)\n", time_limit=30
+    )
+    assert result.status == "ok", result.text
+    assert "the answer of huge was 100 MB" in result.stdout
+    assert "over the 64 MiB limit" in result.stdout
+    (record,) = result.calls.records
+    assert record.fate == "seen" and record.is_error
+    after = await runtime.run("kept")
+    assert after.value == "1" and after.generation == result.generation
+
+
+@pytest.mark.timeout(60)
+async def test_arguments_over_the_frame_bound_are_a_tool_error_and_the_interpreter_stays(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime(tools=[describe])
+    result = await runtime.run(
+        "try:\n"
+        "    await describe(value='x' * 70_000_000)\n"
+        "except ToolError as error:\n"
+        "    print(error)\n",
+        time_limit=30,
+    )
+    assert result.status == "ok", result.text
+    assert "over the 64 MiB limit" in result.stdout and "not sent" in result.stdout
+    assert result.calls.by_fate == {"refused": 1}
+    assert (await runtime.run("1 + 1")).generation == result.generation
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("number", ["2**70", "10**30", "-10**30"])
+async def test_an_integer_of_any_size_reaches_the_tool_and_comes_back_exactly(
+    make_runtime: MakeRuntime, number: str
+) -> None:
+    runtime = await make_runtime(tools=[describe, give])
+    result = await runtime.run(
+        f"sent = await describe(value={number})\n"
+        f"got = await give(name={number!r})\n"
+        f"assert got == {number} and type(got) is int, got\n"
+        "sent\n"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == repr(f"int:{eval(number)}")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("name", ["nan", "inf", "-inf"])
+async def test_nan_and_the_infinities_are_kept_both_ways(
+    make_runtime: MakeRuntime, name: str
+) -> None:
+    runtime = await make_runtime(tools=[describe, give])
+    result = await runtime.run(
+        "import math\n"
+        f"sent = await describe(value=float({name!r}))\n"
+        f"got = await give(name={name!r})\n"
+        "assert type(got) is float, got\n"
+        f"assert repr(got) == repr(float({name!r})), got\n"
+        "sent\n"
+    )
+    assert result.status == "ok", result.text
+    assert result.value == repr(f"float:{float(name)!r}")
+
+
+@pytest.mark.timeout(30)
+async def test_nan_nested_beside_none_in_an_answer_is_kept(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime(tools=[give])
+    result = await runtime.run(
+        "import math\n"
+        "got = await give(name='nested')\n"
+        "assert got['none'] is None and math.isnan(got['nan'][0]), got\n"
+        "assert got['big'] == [2**64 - 1], got\n"
+    )
+    assert result.status == "ok", result.text
+
+
+@pytest.mark.parametrize("number", [-(2**63) - 1, 2**64, 10**30, -(10**30)])
+def test_the_host_codec_decodes_a_call_with_an_integer_out_of_64_bits_exactly(number: int) -> None:
+    frame = wire.encode({"t": "call", "n": 1, "tool": "t", "args": {"x": number}, "script": None})
+    assert codec.decode_body(frame[4:])["args"]["x"] == number
+
+
+def test_the_host_codec_keeps_nan_beside_none_in_an_answer() -> None:
+    frame = codec.encode({"t": "answer", "n": 1, "ok": True, "value": [None, math.nan]})
+    value = wire.decode_body(frame[4:])["value"]
+    assert value[0] is None and math.isnan(value[1])
