@@ -1,4 +1,4 @@
-"""Argument briefs: short, bounded, and unable to raise (DESIGN §3.3, issue 4)."""
+"""Argument briefs: short, bounded, and unable to raise (docs/design.md#call-fates, issue 4)."""
 
 from __future__ import annotations
 

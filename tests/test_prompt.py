@@ -1,4 +1,4 @@
-"""The tool catalogue as Python stubs (DESIGN §3.6): it compiles and reads naturally."""
+"""The tool catalogue as Python stubs (docs/design.md#tools-inside-the-script): it compiles and reads naturally."""
 
 from __future__ import annotations
 

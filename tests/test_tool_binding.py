@@ -1,4 +1,4 @@
-"""Binding plans and the functions the kernel builds from them (DESIGN §3.6, issue 3).
+"""Binding plans and the functions the kernel builds from them (docs/design.md#tools-inside-the-script, issue 3).
 
 The kernel's binding module is loaded in-process here; a version inside the real kernel
 subprocess belongs with the kernel's own tests.

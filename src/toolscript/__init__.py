@@ -11,11 +11,20 @@ The public API::
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from .host.calls import CallRecord, CallReport
 from .host.result import ScriptResult
 from .runtime import Runtime, RuntimeClosedError, Shell
 from .tools.python import Tool, tool
 from .tools.spec import ToolAnnotations, ToolSpec
+
+try:
+    __version__ = _version("toolscript")
+    """The installed toolscript's version."""
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0.1.0.dev0"
 
 __all__ = [
     "CallRecord",
@@ -27,5 +36,6 @@ __all__ = [
     "Tool",
     "ToolAnnotations",
     "ToolSpec",
+    "__version__",
     "tool",
 ]

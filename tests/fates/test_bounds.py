@@ -1,5 +1,5 @@
 """Bounds: however many calls a script makes and whatever their arguments, the report and the
-host's memory stay bounded and the host stays up (DESIGN §3.3, P5)."""
+host's memory stay bounded and the host stays up (docs/design.md: call fates, the promises)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ RECORD_FIELDS = {
     "made_at",
     "answered_at",
 }
-"""The fields DESIGN §3.3 names for every call record."""
+"""The fields docs/design.md#call-fates names for every call record."""
 
 
 @pytest.mark.timeout(60)

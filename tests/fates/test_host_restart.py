@@ -1,5 +1,5 @@
 """A host killed mid-call: the next host on the same journal reports the call's outcome as
-unknown, never as success or failure (DESIGN P3, §3.3)."""
+unknown, never as success or failure (docs/design.md: the promises, call fates)."""
 
 from __future__ import annotations
 

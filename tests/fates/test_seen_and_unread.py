@@ -1,4 +1,4 @@
-"""`seen` and `unread`: answered calls, and whether any code took the answer (DESIGN §3.3)."""
+"""`seen` and `unread`: answered calls, and whether any code took the answer (docs/design.md#call-fates)."""
 
 from __future__ import annotations
 

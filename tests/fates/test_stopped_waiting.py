@@ -133,7 +133,7 @@ async def test_a_call_the_script_holds_its_loop_past_is_late_with_the_answer_it_
     runtime: Runtime, tmp_path: Path
 ) -> None:
     # The answer reaches the kernel while a sibling task blocks the loop with time.sleep
-    # until well after the call's own 0.2 s. DESIGN §3.3 accepts either outcome if the report
+    # until well after the call's own 0.2 s. docs/design.md#call-fates accepts either outcome if the report
     # agrees with what the script saw; this kernel lets the timeout win, so the script gets
     # ToolTimeout and the call is late, quoting the answer it never saw.
     flag = tmp_path / "answered"

@@ -1,5 +1,5 @@
 """Calls made outside the script's own code: by tasks left running between scripts, and by
-threads the script starts. Each is recorded like any other (DESIGN §3.3)."""
+threads the script starts. Each is recorded like any other (docs/design.md#call-fates)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`ScriptResult`: the fields of DESIGN §3.1, `text` as §3.5, and `to_dict()` JSON-safe."""
+"""`ScriptResult`: the fields of docs/api/results.md, `text` as docs/design.md#how-a-script-can-end, and `to_dict()` JSON-safe."""
 
 from __future__ import annotations
 

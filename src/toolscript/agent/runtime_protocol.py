@@ -1,6 +1,6 @@
 """The part of `toolscript.Runtime` the agent uses, as a Protocol.
 
-The agent depends on nothing of the runtime beyond these names (DESIGN §3.1), so a test can
+The agent depends on nothing of the runtime beyond these names (docs/api/runtime.md), so a test can
 drive the loop with a stand-in, and the real `Runtime` satisfies this structurally.
 """
 

@@ -1,6 +1,6 @@
 """Every tool call of one interpreter, from the frame that made it to its fate.
 
-Goal: each call gets exactly one true fate when its script's result is settled (DESIGN §3.3).
+Goal: each call gets exactly one true fate when its script's result is settled (docs/design.md#call-fates).
 The host knows what it did (dispatched, answered, gave up, refused); only the kernel knows
 whether code received the answer. The fate joins the two:
 

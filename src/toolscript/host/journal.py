@@ -131,7 +131,7 @@ class CallAnswer:
 
 @dataclass(slots=True)  # not frozen: a frozen init costs 4x, once per call
 class CallFate:
-    """A call's fate when its script's result was settled (DESIGN §3.3).
+    """A call's fate when its script's result was settled (docs/design.md#call-fates).
 
     `fate` is one of `seen`, `unread`, `late`, `pending`, `refused`; `cause` one of
     `timeout`, `cancelled`, `stopped`, `interpreter_gone`, `tool_timeout`, `source_gone`,

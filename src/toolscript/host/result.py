@@ -1,6 +1,6 @@
 """`ScriptResult`: how a script ended and what became of its calls, for code and for the model.
 
-`text` puts first what decides the agent's next step (DESIGN §3.5), so no cap can push it
+`text` puts first what decides the agent's next step (docs/design.md#how-a-script-can-end), so no cap can push it
 out of view: the heading and the runner's note, then the calls whose fate is not `seen`, then
 stderr and stdout cut in the middle, then the value.
 """

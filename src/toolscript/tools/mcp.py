@@ -15,7 +15,7 @@ How a call can end, as the host sees it:
   server for that request and the session stays usable.
 
 As a client, toolscript declares no capabilities (no roots, no sampling, no elicitation), so
-a server gets no more reach than its own configuration gives it (DESIGN.md §6).
+a server gets no more reach than its own configuration gives it (docs/security.md).
 """
 
 from __future__ import annotations
@@ -456,7 +456,7 @@ class MCPTools:
 
 
 def tool_outcome(result: types.CallToolResult) -> ToolOutcome:
-    """Turn an MCP tool result into what the host passes to the kernel (DESIGN.md §3.6).
+    """Turn an MCP tool result into what the host passes to the kernel (docs/design.md#tools-inside-the-script).
 
     An error result is its text; else structured content when present; else a single text
     block as `str`; else a list of blocks, text as `str` and the rest as dicts marked with
