@@ -96,7 +96,7 @@ class Runtime:
     - `max_background` (8): background scripts running at once; one more is refused.
     - `idle_timeout` (900 s; None: never): an idle shell's interpreter is reclaimed after it.
     - `log_limit`: bytes of a background script's log file (64 MiB).
-    - `busy_poll` (0.0003 s; 0: off): while a reply is due, the host's event loop and the
+    - `busy_poll` (0.001 s; 0: off): while a reply is due, the host's event loop and the
       kernel poll for it this long before they sleep, when a core is spare for it. It trades
       a bounded amount of CPU for a tool call's round trip (see `toolscript.host.busypoll`).
     - `sandbox` ("auto"): "auto" runs every interpreter in an OS sandbox where the machine
