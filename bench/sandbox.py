@@ -33,28 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from tool_calls import SEQUENTIAL, noop
 
-from toolscript import Runtime, tool
+from toolscript import Runtime
 from toolscript.host.sandbox import find_bwrap
 
 MODES = ("required", "off")
-
-
-@tool
-async def noop(x: int) -> int:
-    """Return x."""
-    return x
-
-
-SEQUENTIAL = """
-import time
-times = []
-for i in range({calls}):
-    start = time.perf_counter()
-    await noop(x=i)
-    times.append(time.perf_counter() - start)
-times
-"""
 
 
 def median_ms(samples: list[float]) -> float:
