@@ -22,31 +22,16 @@ script's value; `errors` tells a server's error from a lost answer.
 
 from __future__ import annotations
 
-from .config import (
-    HTTPServerConfig,
-    MCPConfig,
-    MCPConfigError,
-    ServerConfig,
-    StdioServerConfig,
-    load_mcp_config,
-)
-from .connection import CLOSE_TIMEOUT
+from .config import MCPConfig, MCPConfigError, load_mcp_config
 from .results import tool_outcome
-from .server import DEFAULT_STARTUP_TIMEOUT, MAX_RESTARTS, RESTART_WINDOW, MCPServer
+from .server import MCPServer
 from .source import MCPTools
 
 __all__ = [
-    "CLOSE_TIMEOUT",
-    "DEFAULT_STARTUP_TIMEOUT",
-    "MAX_RESTARTS",
-    "RESTART_WINDOW",
-    "HTTPServerConfig",
     "MCPConfig",
     "MCPConfigError",
     "MCPServer",
     "MCPTools",
-    "ServerConfig",
-    "StdioServerConfig",
     "load_mcp_config",
     "tool_outcome",
 ]
