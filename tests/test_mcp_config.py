@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from toolscript.tools.mcp_config import (
+from toolscript.tools.mcp.config import (
     HTTPServerConfig,
     MCPConfigError,
     StdioServerConfig,

@@ -2,14 +2,21 @@
 
 `ExecutionControl` is checked when it is built, so a bad value never reaches a provider: the
 `InvalidControl` error (a `ValueError`) names the field and says what would be accepted.
+`TurnBudget` keeps one turn to it: the lifetime's clock, the bounds of each request and each
+script, and the step cap.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from .turn import Stop
 
 
 class InvalidControl(ValueError):
@@ -116,3 +123,100 @@ class ExecutionControl:
     def accepts_new_cap(self, offered: Any, current: int) -> bool:
         """Whether `offered`, returned by `before_step`, may replace the step cap `current`."""
         return isinstance(offered, int) and not isinstance(offered, bool) and offered > current
+
+
+class TurnBudget:
+    """One turn's clocks and step cap under an `ExecutionControl`.
+
+    The lifetime runs from construction. `steps` counts the model requests made so far and
+    `cap` is the step cap, which `before_step` may raise.
+    """
+
+    def __init__(self, control: ExecutionControl) -> None:
+        self.control = control
+        self.started = time.monotonic()
+        lifetime = control.lifetime_timeout
+        self.deadline = None if lifetime is None else self.started + lifetime
+        self.cap = control.max_steps
+        self.steps = 0
+
+    def elapsed(self) -> float:
+        """Seconds since the turn began."""
+        return time.monotonic() - self.started
+
+    def remaining(self) -> float | None:
+        """Seconds left of the lifetime, never below 0; `None` when it is unbounded."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.monotonic())
+
+    def expired(self) -> bool:
+        """Whether the lifetime has passed."""
+        remaining = self.remaining()
+        return remaining is not None and remaining <= 0
+
+    def within(self, timeout: float) -> float:
+        """`timeout`, cut to what is left of the lifetime."""
+        remaining = self.remaining()
+        return timeout if remaining is None else min(timeout, remaining)
+
+    def lifetime_stop(self, during: str) -> Stop:
+        """The ending for a lifetime that passed `during` something."""
+        return Stop(
+            "time_limit",
+            f"the turn's lifetime_timeout ({self.control.lifetime_timeout} s) passed {during}",
+        )
+
+    def script_limit(self, requested: float | None) -> tuple[float | None, str | None]:
+        """The time limit a script runs under, and a note when `requested` had to be cut (to
+        the `tool_timeout`, or to what is left of the lifetime)."""
+        tool_timeout = self.control.tool_timeout
+        limit = requested if requested is not None else tool_timeout
+        note = None
+        if tool_timeout is not None and limit is not None and limit > tool_timeout:
+            limit = tool_timeout
+            note = f"time_limit_s {requested} was cut to the tool_timeout, {tool_timeout} s"
+        remaining = self.remaining()
+        if remaining is not None and (limit is None or limit > remaining):
+            limit = remaining
+            note = (
+                f"the time limit was cut to what is left of the turn's lifetime, {remaining:.1f} s"
+            )
+        return limit, note
+
+    async def ask_before_step(self, *, scripts: int, background_running: int) -> str | None:
+        """Offer `before_step` the chance to raise the cap; what came of it, in words, or
+        `None` when there is no callback. The callback's failures are declines, never raised."""
+        callback = self.control.before_step
+        if callback is None:
+            return None
+        state = StepState(
+            steps=self.steps,
+            max_steps=self.cap,
+            elapsed=self.elapsed(),
+            scripts=scripts,
+            background_running=background_running,
+        )
+        bound = self.within(self.control.before_step_timeout)
+        try:
+            async with asyncio.timeout(bound):
+                if inspect.iscoroutinefunction(callback):
+                    offered = await callback(state)
+                else:
+                    offered = await asyncio.to_thread(callback, state)
+                    if inspect.isawaitable(offered):
+                        offered = await offered
+        except TimeoutError:
+            return f"declined: before_step did not answer within {bound:.3g} s"
+        except Exception as err:
+            return f"declined: before_step raised {type(err).__name__}: {err}"
+        if self.control.accepts_new_cap(offered, self.cap):
+            outcome = f"the step cap was raised from {self.cap} to {offered}"
+            self.cap = offered
+            return outcome
+        if offered is None:
+            return "kept the step cap"
+        return (
+            f"declined: before_step offered {offered!r}, which is not an int larger "
+            f"than the cap ({self.cap})"
+        )

@@ -2,117 +2,40 @@
 
 A turn is a series of steps. Each step sends one model request (its retries included), reads
 the stream, runs the scripts the model asked for and keeps their results for the next request.
-The turn ends with a `stop_reason` that is true:
+The turn ends with a `stop_reason` that is true (see `StopReason`).
 
-- `end_turn`: the model ended the turn (a reply without tool calls, or an accepted `finish`
-  or `block`);
-- `aborted`: the caller cancelled the task running `Agent.run`;
-- `time_limit`: the lifetime passed, or a request ran past `request_timeout`;
-- `step_cap`: the next step would pass `max_steps`;
-- `truncated`: a stream ended without its terminal event; its tool calls were not run;
-- `error`: the model API refused or failed for good, or the runtime failed to answer.
+`Agent` is the public face; one `_TurnRun` drives a turn's steps and acts on the model's tool
+calls, with its parts beside it: the clocks and the step cap (`control.TurnBudget`), the
+requests and their retries (`requests.ModelRequests`), the scripts (`scripts.TurnScripts`),
+the record (`transcript.Transcript`) and what the turn owes the model (`terminal.Ledger`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from .control import ExecutionControl, StepState
-from .conversation import (
-    AssistantMessage,
-    Message,
-    ModelReply,
-    StreamProgress,
-    ToolCall,
-    ToolResult,
-    ToolResults,
-    UserText,
-)
-from .providers import ModelError, Provider, make_provider
-from .runtime_protocol import BackgroundShell, ScriptOutcome, ScriptRuntime, ScriptShell
-from .terminal import TERMINAL_TOOLS, Background, Ledger, Owed
+from .control import ExecutionControl, TurnBudget
+from .conversation import AssistantMessage, ToolCall, ToolResult, ToolResults, UserText
+from .providers import Provider, make_provider
+from .requests import ModelRequests
+from .runtime_protocol import ScriptRuntime
+from .scripts import TurnScripts, refuse
+from .terminal import TERMINAL_TOOLS, Ledger
 from .tools import ACTION_TOOLS, system_prompt
+from .transcript import Transcript
+from .turn import AgentEvent, Stop, StopReason, Turn
 
-StopReason = Literal["end_turn", "aborted", "time_limit", "step_cap", "truncated", "error"]
+__all__ = ["Agent", "AgentEvent", "StopReason", "Turn"]
 
-MAX_RETRIES = 2
-"""Retries of one request, only while nothing of its reply has streamed."""
-RETRY_DELAY = 0.5
-"""Seconds before the first retry; doubled for each next one, unless the server says."""
-MAX_RETRY_DELAY = 8.0
-SETTLE_BOUND = 30.0
-"""Seconds past a script's own time limit the runtime has to answer (its interrupt, grace and
-kill all fit in this)."""
-CLEANUP_BOUND = 15.0
-"""Seconds to stop each background script still running when the turn ends."""
 CONTINUE_AFTER = frozenset({"max_tokens", "length", "pause_turn"})
 """Model stops that end a reply, not the turn: the loop asks the model to go on."""
 CUT_REPLY = (
     "Your reply was cut at the output token limit before it ended, so any tool call in it "
     "could not be complete. Go on, in shorter pieces."
 )
-
-
-@dataclass(frozen=True, slots=True)
-class AgentEvent:
-    """Something that happened in a turn, for live progress.
-
-    `kind` is one of `step` (a request is going out), `retry`, `text` and `tool_call` (as the
-    reply streams), `reply` (the stream ended), `script_started`, `script_ended`,
-    `background_ended`, `terminal_refused`, `before_step` and `turn_ended`; `detail` holds its
-    data.
-    """
-
-    kind: str
-    step: int
-    elapsed: float
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class Turn:
-    """How a turn ended, and all that was said in it.
-
-    `stop_reason` is the truth about the ending (see the module's docstring); `steps` the
-    model requests made (retries of one request count once); `error` says what stopped the
-    turn when it was not the model (`None` on `end_turn`); `summary` and `blocked` hold the
-    argument of an accepted `finish` or `block`; `transcript` is every message, script result
-    and loop decision, JSON-safe, in order.
-    """
-
-    stop_reason: StopReason
-    steps: int
-    error: str | None
-    transcript: list[dict[str, Any]]
-    summary: str | None = None
-    blocked: str | None = None
-    scripts: int = 0
-    elapsed: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The turn as JSON-safe data."""
-        return {
-            "stop_reason": self.stop_reason,
-            "steps": self.steps,
-            "error": self.error,
-            "summary": self.summary,
-            "blocked": self.blocked,
-            "scripts": self.scripts,
-            "elapsed": round(self.elapsed, 3),
-            "transcript": self.transcript,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class _Stop:
-    reason: StopReason
-    error: str | None = None
 
 
 class Agent:
@@ -160,6 +83,13 @@ class Agent:
         returns the `Turn` instead of raising `CancelledError` (the cancellation is absorbed),
         unless the turn had already ended, in which case its own ending stands.
         """
+        # Goal: a cancel of the caller ends the turn as `aborted` and still returns its `Turn`.
+        # What fails: run in the caller's task, the turn is unwound wherever the cancel lands,
+        # and the caller gets `CancelledError` instead of the record of what was done.
+        # What we do: the turn runs in a task of its own, awaited shielded; the caller's cancel
+        # is absorbed and passed on as a cancel of that task, which says what it was doing,
+        # stops its background scripts and returns. `abort_requested` makes the turn stop at
+        # its next step even if some code in it swallowed the cancel.
         turn = _TurnRun(self, task)
         inner = asyncio.create_task(turn.run())
         while True:
@@ -170,7 +100,7 @@ class Agent:
                 if current is not None and current.cancelling():
                     current.uncancel()
                 if inner.cancelled():
-                    return turn.ending(_Stop("aborted", "the caller cancelled the turn"))
+                    return turn.ending(Stop("aborted", "the caller cancelled the turn"))
                 if inner.done():
                     return inner.result()
                 if turn.stop is None:
@@ -179,98 +109,62 @@ class Agent:
 
 
 class _TurnRun:
-    """One turn's state: the history, the ledger, the clocks."""
+    """One turn: its steps, and what it does with the model's tool calls."""
 
     def __init__(self, agent: Agent, task: str) -> None:
         self.agent = agent
-        self.control = agent.control
-        self.provider = agent.provider
         self.task = task
-        self.started = time.monotonic()
-        lifetime = self.control.lifetime_timeout
-        self.deadline = None if lifetime is None else self.started + lifetime
-        self.cap = self.control.max_steps
-        self.steps = 0
-        self.scripts = 0
-        self.history: list[Message] = []
-        self.transcript: list[dict[str, Any]] = []
+        self.budget = TurnBudget(agent.control)
+        self.transcript = Transcript()
         self.ledger = Ledger()
+        self.requests = ModelRequests(agent.provider, self.budget, self.transcript, self.emit)
+        self.scripts = TurnScripts(self.ledger, self.budget, self.transcript, self.emit)
         self.outbox: list[ToolResult] | None = None
         self.continuation: str | None = None
-        self.progress: StreamProgress | None = None
-        self.stop: _Stop | None = None
+        self.stop: Stop | None = None
         self.abort_requested = False
         self.summary: str | None = None
         self.blocked: str | None = None
-        self.shell: ScriptShell | None = None
-        self.script_running: str | None = None
 
-    # -- the clocks ------------------------------------------------------------------------
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def remaining(self) -> float | None:
-        if self.deadline is None:
-            return None
-        return max(0.0, self.deadline - time.monotonic())
-
-    def expired(self) -> bool:
-        remaining = self.remaining()
-        return remaining is not None and remaining <= 0
-
-    def lifetime_stop(self, during: str) -> _Stop:
-        return _Stop(
-            "time_limit",
-            f"the turn's lifetime_timeout ({self.control.lifetime_timeout} s) passed {during}",
-        )
-
-    def emit(self, kind: str, **detail: Any) -> None:
+    def emit(self, kind: str, /, **detail: Any) -> None:
         listener = self.agent.on_event
         if listener is None:
             return
         with contextlib.suppress(Exception):
-            listener(AgentEvent(kind, self.steps, self.elapsed(), detail))
-
-    def record(self, entry: dict[str, Any]) -> None:
-        self.transcript.append(entry)
-
-    def say(self, message: Message) -> None:
-        self.history.append(message)
-        self.transcript.append(message.to_dict())
+            listener(AgentEvent(kind, self.budget.steps, self.budget.elapsed(), detail))
 
     # -- the turn --------------------------------------------------------------------------
 
     async def run(self) -> Turn:
-        self.say(UserText(self.task))
+        self.transcript.say(UserText(self.task))
         try:
-            self.shell = self.agent.runtime.shell()
+            self.scripts.shell = self.agent.runtime.shell()
             prompt = system_prompt(self.agent.runtime.prompt(), self.agent.instructions)
             self.stop = await self.steps_until_stop(prompt)
         except asyncio.CancelledError:
-            self.stop = _Stop("aborted", self.abort_text())
+            self.stop = Stop("aborted", self.abort_text())
         except Exception as err:
-            self.stop = _Stop("error", f"the loop failed: {type(err).__name__}: {err}")
-        await self.clean_up()
+            self.stop = Stop("error", f"the loop failed: {type(err).__name__}: {err}")
+        await self.scripts.clean_up()
         return self.ending(self.stop)
 
-    def ending(self, stop: _Stop) -> Turn:
+    def ending(self, stop: Stop) -> Turn:
         """The `Turn` for `stop`, with the last words of the transcript written."""
         self.stop = stop
         if self.outbox is not None:
-            self.record(ToolResults(tuple(self.outbox)).to_dict() | {"sent": False})
+            self.transcript.record_unsent(self.outbox)
             self.outbox = None
-        self.record({"role": "stop", "stop_reason": stop.reason, "error": stop.error})
+        self.transcript.record_stop(stop)
         self.emit("turn_ended", stop_reason=stop.reason, error=stop.error)
         return Turn(
             stop_reason=stop.reason,
-            steps=self.steps,
+            steps=self.budget.steps,
             error=stop.error,
-            transcript=self.transcript,
+            transcript=self.transcript.entries,
             summary=self.summary,
             blocked=self.blocked,
-            scripts=self.scripts,
-            elapsed=self.elapsed(),
+            scripts=self.scripts.count,
+            elapsed=self.budget.elapsed(),
         )
 
     def check_abort(self) -> None:
@@ -279,48 +173,48 @@ class _TurnRun:
             raise asyncio.CancelledError
 
     def abort_text(self) -> str:
-        if self.script_running is not None:
-            self.record(
-                {"role": "loop", "event": "script_abandoned", "call_id": self.script_running}
-            )
+        waiting_on = self.scripts.waiting_on
+        if waiting_on is not None:
+            self.transcript.record_loop("script_abandoned", call_id=waiting_on)
             return (
                 f"the caller cancelled the turn while the script of run_python call "
-                f"{self.script_running} ran; it was cancelled with the turn and its result "
+                f"{waiting_on} ran; it was cancelled with the turn and its result "
                 "was not collected"
             )
-        progress = self.progress
+        progress = self.requests.progress
         if progress is not None:
-            self.record_partial("aborted")
+            self.requests.record_partial("aborted")
             if progress.content_started:
                 return "the caller cancelled the turn while the model's reply was streaming"
             return "the caller cancelled the turn while it waited for the model's reply"
         return "the caller cancelled the turn"
 
-    async def steps_until_stop(self, prompt: str) -> _Stop:
+    async def steps_until_stop(self, prompt: str) -> Stop:
+        budget = self.budget
         while True:
-            if self.steps > 0:
+            if budget.steps > 0:
                 await self.renew_cap()
-            if self.expired():
-                return self.lifetime_stop("between steps")
-            if self.steps >= self.cap:
-                return _Stop(
+            if budget.expired():
+                return budget.lifetime_stop("between steps")
+            if budget.steps >= budget.cap:
+                return Stop(
                     "step_cap",
-                    f"the step cap ({self.cap}) was reached; the last step's results were not "
-                    "sent to the model",
+                    f"the step cap ({budget.cap}) was reached; the last step's results were "
+                    "not sent to the model",
                 )
             self.check_abort()
             self.send_outbox()
-            self.steps += 1
+            budget.steps += 1
             self.ledger.model_looked()
-            self.emit("step", cap=self.cap)
-            asked = await self.ask(prompt)
-            if isinstance(asked, _Stop):
+            self.emit("step", cap=budget.cap)
+            asked = await self.requests.ask(prompt)
+            if isinstance(asked, Stop):
                 return asked
             reply = asked
             ends_turn = not reply.tool_calls and reply.model_stop not in CONTINUE_AFTER
             if ends_turn:
-                self.stop = _Stop("end_turn")
-            self.say(AssistantMessage(reply.text, tuple(reply.tool_calls)))
+                self.stop = Stop("end_turn")
+            self.transcript.say(AssistantMessage(reply.text, tuple(reply.tool_calls)))
             self.emit("reply", model_stop=reply.model_stop, tool_calls=len(reply.tool_calls))
             if self.stop is not None:
                 return self.stop
@@ -332,118 +226,34 @@ class _TurnRun:
                 return stop
 
     def send_outbox(self) -> None:
-        notes = self.collect_background()
+        notes = self.scripts.collect_background()
         if self.outbox is not None:
-            self.say(ToolResults(tuple(self.outbox), tuple(notes)))
+            self.transcript.say(ToolResults(tuple(self.outbox), tuple(notes)))
         elif self.continuation is not None or notes:
             text = [self.continuation] if self.continuation else []
-            self.say(UserText("\n\n".join(text + notes)))
+            self.transcript.say(UserText("\n\n".join(text + notes)))
         self.outbox = None
         self.continuation = None
 
-    # -- one request -----------------------------------------------------------------------
-
-    async def ask(self, prompt: str) -> ModelReply | _Stop:
-        attempt = 0
-        while True:
-            self.progress = StreamProgress(listener=self.hear)
-            request_timeout = self.control.request_timeout
-            remaining = self.remaining()
-            bound = request_timeout if remaining is None else min(request_timeout, remaining)
-            deadline = asyncio.timeout(bound)
-            try:
-                async with deadline:
-                    reply = await self.provider.stream(
-                        prompt, list(self.history), ACTION_TOOLS, self.progress
-                    )
-            except TimeoutError:
-                if not deadline.expired():
-                    raise
-                self.record_partial("time_limit")
-                if remaining is not None and remaining < request_timeout:
-                    return self.lifetime_stop("while the model was answering")
-                return _Stop(
-                    "time_limit",
-                    f"the model request ran past its request_timeout ({request_timeout} s)",
-                )
-            except ModelError as err:
-                if err.retryable and not self.progress.content_started and attempt < MAX_RETRIES:
-                    self.progress = None
-                    delay = await self.wait_to_retry(attempt, err.retry_after, str(err))
-                    if delay is None:
-                        return _Stop("error", f"{err}; no time was left to retry")
-                    attempt += 1
-                    continue
-                self.record_partial("error")
-                return _Stop("error", str(err))
-            if not reply.complete and not self.progress.content_started and attempt < MAX_RETRIES:
-                self.progress = None
-                if await self.wait_to_retry(attempt, None, str(reply.broken)) is None:
-                    return _Stop("truncated", self.truncated_text(reply))
-                attempt += 1
-                continue
-            self.progress = None
-            if not reply.complete:
-                self.record(
-                    {
-                        "role": "assistant_partial",
-                        "text": reply.text,
-                        "tool_calls": [call.to_dict() for call in reply.tool_calls],
-                        "ended": "truncated",
-                    }
-                )
-                return _Stop("truncated", self.truncated_text(reply))
-            return reply
-
-    async def wait_to_retry(
-        self, attempt: int, retry_after: float | None, why: str
-    ) -> float | None:
-        delay = RETRY_DELAY * 2**attempt if retry_after is None else retry_after
-        delay = min(delay, MAX_RETRY_DELAY)
-        remaining = self.remaining()
-        if remaining is not None and delay >= remaining:
-            return None
-        self.record({"role": "loop", "event": "retry", "attempt": attempt + 1, "why": why})
-        self.emit("retry", attempt=attempt + 1, why=why, delay=delay)
-        await asyncio.sleep(delay)
-        return delay
-
-    def truncated_text(self, reply: ModelReply) -> str:
-        calls = reply.tool_calls
-        text = f"the model's stream ended before its terminal event: {reply.broken}"
-        if calls:
-            names = ", ".join(f"{call.name} ({call.id})" for call in calls)
-            text += f"; its {len(calls)} tool call(s) were not run: {names}"
-        return text
-
-    def hear(self, kind: str, detail: str) -> None:
-        self.emit(kind, value=detail)
-
-    def record_partial(self, ended: str) -> None:
-        progress = self.progress
-        if progress is None:
+    async def renew_cap(self) -> None:
+        outcome = await self.budget.ask_before_step(
+            scripts=self.scripts.count, background_running=len(self.ledger.running())
+        )
+        if outcome is None:
             return
-        self.progress = None
-        if progress.content_started:
-            self.record(
-                {
-                    "role": "assistant_partial",
-                    "text": "".join(progress.text),
-                    "tool_calls": [{"name": name} for name in progress.tool_names],
-                    "ended": ended,
-                }
-            )
+        self.transcript.record_loop("before_step", outcome=outcome, cap=self.budget.cap)
+        self.emit("before_step", outcome=outcome, cap=self.budget.cap)
 
     # -- acting on a reply -----------------------------------------------------------------
 
-    async def act(self, calls: list[ToolCall]) -> _Stop | None:
+    async def act(self, calls: list[ToolCall]) -> Stop | None:
         results: dict[str, ToolResult] = {}
-        stop: _Stop | None = None
+        stop: Stop | None = None
         for call in calls:
             if call.name in TERMINAL_TOOLS:
                 continue
-            if stop is not None or self.expired():
-                stop = stop or self.lifetime_stop("while the model's tool calls were run")
+            if stop is not None or self.budget.expired():
+                stop = stop or self.budget.lifetime_stop("while the model's tool calls were run")
                 results[call.id] = self.not_run(call, "the turn's lifetime passed before it")
                 continue
             results[call.id], stop = await self.call_tool(call)
@@ -453,8 +263,10 @@ class _TurnRun:
             if stop is not None:
                 results[call.id] = self.not_run(call, "the turn ended before it")
             elif index > 0:
-                results[call.id] = self.refuse(
-                    call, "only one finish or block is considered per reply; this one was not."
+                results[call.id] = refuse(
+                    self.ledger,
+                    call,
+                    "only one finish or block is considered per reply; this one was not.",
                 )
             else:
                 results[call.id], stop = await self.end_turn(call)
@@ -462,297 +274,45 @@ class _TurnRun:
         return stop
 
     def not_run(self, call: ToolCall, why: str) -> ToolResult:
-        return self.refuse(call, f"{call.name} was not run: {why}.")
+        return refuse(self.ledger, call, f"{call.name} was not run: {why}.")
 
-    def refuse(self, call: ToolCall, text: str) -> ToolResult:
-        self.ledger.returned(f"the answer to {call.name} call {call.id}")
-        return ToolResult(call.id, call.name, text, is_error=True)
-
-    async def call_tool(self, call: ToolCall) -> tuple[ToolResult, _Stop | None]:
+    async def call_tool(self, call: ToolCall) -> tuple[ToolResult, Stop | None]:
         args = call.arguments
         if args is None:
-            return self.refuse(
+            return refuse(
+                self.ledger,
                 call,
                 f"{call.name} was not run: its arguments were not a JSON object "
                 f"({call.raw_arguments[:200]!r}).",
             ), None
         if call.name == "run_python":
-            return await self.run_python(call, args)
+            return await self.scripts.run_python(call, args)
         if call.name in ("script_status", "cancel_script"):
-            return await self.look_at_script(call, args)
+            return await self.scripts.look_at_script(call, args)
         names = ", ".join(tool.name for tool in ACTION_TOOLS)
-        return self.refuse(
-            call, f"There is no tool named {call.name!r}; the tools are {names}."
+        return refuse(
+            self.ledger, call, f"There is no tool named {call.name!r}; the tools are {names}."
         ), None
 
-    def time_limit(self, requested: float | None) -> tuple[float | None, str | None]:
-        tool_timeout = self.control.tool_timeout
-        limit = requested if requested is not None else tool_timeout
-        note = None
-        if tool_timeout is not None and limit is not None and limit > tool_timeout:
-            limit = tool_timeout
-            note = f"time_limit_s {requested} was cut to the tool_timeout, {tool_timeout} s"
-        remaining = self.remaining()
-        if remaining is not None and (limit is None or limit > remaining):
-            limit = remaining
-            note = (
-                f"the time limit was cut to what is left of the turn's lifetime, {remaining:.1f} s"
-            )
-        return limit, note
-
-    async def run_python(
-        self, call: ToolCall, args: dict[str, Any]
-    ) -> tuple[ToolResult, _Stop | None]:
-        code = args.get("code")
-        requested = args.get("time_limit_s")
-        background = args.get("background", False)
-        if not isinstance(code, str):
-            return self.refuse(call, "run_python was not run: `code` must be a string."), None
-        if requested is not None and (
-            not isinstance(requested, int | float) or isinstance(requested, bool) or requested <= 0
-        ):
-            return self.refuse(
-                call, "run_python was not run: `time_limit_s` must be a number above 0."
-            ), None
-        if not isinstance(background, bool):
-            return self.refuse(
-                call, "run_python was not run: `background` must be true or false."
-            ), None
-        limit, note = self.time_limit(None if requested is None else float(requested))
-        shell = self.shell
-        assert shell is not None
-        if background and not isinstance(shell, BackgroundShell):
-            return self.refuse(
-                call,
-                "run_python was not run: this runtime cannot run scripts in the background; "
-                "run it without background=true.",
-            ), None
-        self.scripts += 1
-        self.emit("script_started", call_id=call.id, background=background, time_limit=limit)
-        if isinstance(shell, BackgroundShell) and background:
-            return await self.start_background(call, shell, code, limit, note), None
-        bound = None if limit is None else limit + SETTLE_BOUND
-        self.script_running = call.id
-        try:
-            async with asyncio.timeout(bound):
-                outcome = await shell.run(code, time_limit=limit)
-        except TimeoutError:
-            self.script_running = None
-            return self.refuse(call, "run_python: the runtime did not answer."), _Stop(
-                "error",
-                f"the runtime did not answer a script within {SETTLE_BOUND} s of its time "
-                f"limit ({limit} s)",
-            )
-        self.script_running = None
-        script_id = str(outcome.script_id)
-        self.record_script(call.id, script_id, outcome, background=False)
-        self.emit(
-            "script_ended",
-            call_id=call.id,
-            script_id=script_id,
-            status=outcome.status,
-            calls=dict(outcome.calls.by_fate),
-        )
-        self.ledger.returned(f"the result of run_python call {call.id} (script {script_id})")
-        text = outcome.text if note is None else f"({note})\n{outcome.text}"
-        return ToolResult(call.id, call.name, text, is_error=outcome.status != "ok"), None
-
-    async def start_background(
-        self,
-        call: ToolCall,
-        shell: BackgroundShell,
-        code: str,
-        limit: float | None,
-        note: str | None,
-    ) -> ToolResult:
-        async with asyncio.timeout(SETTLE_BOUND):
-            handle = await shell.start(code, time_limit=limit)
-        script_id = str(handle.id)
-        watcher = asyncio.create_task(handle.result())
-        owed = Owed(f"background script {script_id}", standing="running")
-        self.ledger.owed.append(owed)
-        self.ledger.background[script_id] = Background(script_id, handle, owed, watcher)
-        watcher.add_done_callback(
-            lambda done: (
-                None if done.cancelled() else self.emit("background_ended", script_id=script_id)
-            )
-        )
-        self.ledger.returned(f"the answer to run_python call {call.id}")
-        text = (
-            f"Started background script {script_id}"
-            + (f" ({note})" if note else "")
-            + ". Its result will arrive as a message when it ends; "
-            f"script_status({script_id!r}) shows where it is, cancel_script({script_id!r}) "
-            "stops it."
-        )
-        return ToolResult(call.id, call.name, text)
-
-    async def look_at_script(
-        self, call: ToolCall, args: dict[str, Any]
-    ) -> tuple[ToolResult, _Stop | None]:
-        script_id = str(args.get("script_id"))
-        found = self.ledger.background.get(script_id)
-        if found is None:
-            known = ", ".join(self.ledger.background) or "none"
-            return self.refuse(
-                call, f"There is no background script {script_id!r} in this turn (known: {known})."
-            ), None
-        if call.name == "cancel_script" and found.running:
-            try:
-                async with asyncio.timeout(SETTLE_BOUND):
-                    outcome = await found.handle.cancel()
-            except TimeoutError:
-                return self.refuse(call, "cancel_script: the runtime did not answer."), _Stop(
-                    "error", f"the runtime did not answer a cancel within {SETTLE_BOUND} s"
-                )
-            await asyncio.wait([found.watcher], timeout=SETTLE_BOUND)
-            found.outcome = outcome
-        self.ledger.returned(f"the answer to {call.name} call {call.id}")
-        if found.running:
-            return ToolResult(
-                call.id, call.name, f"Background script {script_id} is still running."
-            ), None
-        text = self.take_background(found)
-        return ToolResult(
-            call.id, call.name, text, is_error=found.outcome is None or found.outcome.status != "ok"
-        ), None
-
-    def take_background(self, found: Background) -> str:
-        """The ended script's result text; from now on the model is owed nothing more for it."""
-        if found.outcome is None:
-            if found.watcher.cancelled():
-                found.failure = "its result was never collected"
-            elif (err := found.watcher.exception()) is not None:
-                found.failure = f"the runtime failed to report it: {type(err).__name__}: {err}"
-            else:
-                found.outcome = found.watcher.result()
-        if not found.reported:
-            found.reported = True
-            found.owed.standing = "returned"
-            if found.outcome is not None:
-                self.record_script(None, found.script_id, found.outcome, background=True)
-        if found.outcome is None:
-            return f"Background script {found.script_id} ended, but {found.failure}."
-        return f"Background script {found.script_id} ended.\n{found.outcome.text}"
-
-    def collect_background(self) -> list[str]:
-        return [
-            self.take_background(found)
-            for found in self.ledger.background.values()
-            if not found.running and not found.reported
-        ]
-
-    def record_script(
-        self, call_id: str | None, script_id: str, outcome: ScriptOutcome, *, background: bool
-    ) -> None:
-        self.record(
-            {
-                "role": "script",
-                "call_id": call_id,
-                "script_id": script_id,
-                "background": background,
-                "status": outcome.status,
-                "result": outcome.to_dict(),
-            }
-        )
-
-    # -- the terminal tools ----------------------------------------------------------------
-
-    async def end_turn(self, call: ToolCall) -> tuple[ToolResult, _Stop | None]:
+    async def end_turn(self, call: ToolCall) -> tuple[ToolResult, Stop | None]:
+        """`finish` or `block`: accepted only once the model has seen every result of the turn."""
         args = call.arguments
         key = "summary" if call.name == "finish" else "reason"
         value = None if args is None else args.get(key)
         if not isinstance(value, str):
-            return self.refuse(call, f"{call.name} needs `{key}`, a string."), None
+            return refuse(self.ledger, call, f"{call.name} needs `{key}`, a string."), None
         if self.ledger.running():
-            remaining = self.remaining()
-            wait = self.control.terminal_wait
-            await self.ledger.settle(wait if remaining is None else min(wait, remaining))
+            await self.ledger.settle(self.budget.within(self.agent.control.terminal_wait))
         refusal = self.ledger.refusal(call.name)
         if refusal is not None:
             self.emit("terminal_refused", tool=call.name, why=refusal)
-            self.record({"role": "loop", "event": "terminal_refused", "tool": call.name})
-            stop = self.lifetime_stop("while finish waited") if self.expired() else None
-            return self.refuse(call, refusal), stop
+            self.transcript.record_loop("terminal_refused", tool=call.name)
+            expired = self.budget.expired()
+            stop = self.budget.lifetime_stop("while finish waited") if expired else None
+            return refuse(self.ledger, call, refusal), stop
         if call.name == "finish":
             self.summary = value
         else:
             self.blocked = value
-        self.stop = _Stop("end_turn")
+        self.stop = Stop("end_turn")
         return ToolResult(call.id, call.name, "Accepted; the turn ends."), self.stop
-
-    # -- step boundaries -------------------------------------------------------------------
-
-    async def renew_cap(self) -> None:
-        callback = self.control.before_step
-        if callback is None:
-            return
-        state = StepState(
-            steps=self.steps,
-            max_steps=self.cap,
-            elapsed=self.elapsed(),
-            scripts=self.scripts,
-            background_running=len(self.ledger.running()),
-        )
-        timeout = self.control.before_step_timeout
-        remaining = self.remaining()
-        bound = timeout if remaining is None else min(timeout, remaining)
-        outcome: str
-        try:
-            async with asyncio.timeout(bound):
-                if inspect.iscoroutinefunction(callback):
-                    offered = await callback(state)
-                else:
-                    offered = await asyncio.to_thread(callback, state)
-                    if inspect.isawaitable(offered):
-                        offered = await offered
-        except TimeoutError:
-            outcome = f"declined: before_step did not answer within {bound:.3g} s"
-        except Exception as err:
-            outcome = f"declined: before_step raised {type(err).__name__}: {err}"
-        else:
-            if self.control.accepts_new_cap(offered, self.cap):
-                outcome = f"the step cap was raised from {self.cap} to {offered}"
-                self.cap = offered
-            elif offered is None:
-                outcome = "kept the step cap"
-            else:
-                outcome = (
-                    f"declined: before_step offered {offered!r}, which is not an int larger "
-                    f"than the cap ({self.cap})"
-                )
-        self.record({"role": "loop", "event": "before_step", "outcome": outcome, "cap": self.cap})
-        self.emit("before_step", outcome=outcome, cap=self.cap)
-
-    # -- the end ---------------------------------------------------------------------------
-
-    async def clean_up(self) -> None:
-        for found in self.ledger.running():
-            try:
-                async with asyncio.timeout(CLEANUP_BOUND):
-                    outcome = await found.handle.cancel()
-            except Exception as err:
-                self.record(
-                    {
-                        "role": "loop",
-                        "event": "background_left_running",
-                        "script_id": found.script_id,
-                        "why": f"{type(err).__name__}: {err}",
-                    }
-                )
-                continue
-            found.outcome = outcome
-            found.reported = True
-            self.record(
-                {
-                    "role": "loop",
-                    "event": "background_cancelled_at_turn_end",
-                    "script_id": found.script_id,
-                    "result": outcome.to_dict(),
-                }
-            )
-        for found in self.ledger.background.values():
-            if not found.running and not found.reported:
-                self.take_background(found)
-                self.record({"role": "loop", "event": "never_sent", "script_id": found.script_id})
-            found.watcher.cancel()

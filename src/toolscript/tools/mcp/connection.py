@@ -1,0 +1,216 @@
+"""One client session with an MCP server, through the official SDK, and the calls made on it.
+
+Goal: keep a session open across calls made from many tasks, and notice when it ends.
+What fails: the SDK's transports and `ClientSession` are anyio context managers whose task
+groups must be entered and exited by the same task, so neither the opener of the first call
+nor a handler the host may cancel can own them.
+What we do: a dedicated task enters the transport and the session and waits until asked to
+close; calls use the session from their own tasks (which the SDK supports). Messages from the
+transport pass through a small pump that sets `gone` when the stream ends (the process exited
+or the connection dropped), so the next call knows to start a new session.
+
+As a client, toolscript declares no capabilities (no roots, no sampling, no elicitation), so a
+server gets no more reach than its own configuration gives it (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from importlib import metadata
+from typing import Any, TextIO
+
+import anyio
+import httpx2
+import mcp.types as types
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client._transport import TransportStreams
+from mcp.client.session import MessageHandlerFnT
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.message import SessionMessage
+
+from .config import HTTPServerConfig, ServerConfig, StdioServerConfig
+
+__all__ = ["CLOSE_TIMEOUT", "Connection", "Transport", "transport"]
+
+logger = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT = 10.0
+"""Seconds a server gets to close. The SDK's own stdio shutdown (close stdin, wait 2 s, SIGTERM
+to the process group, wait 2 s, SIGKILL) fits inside it; past it we stop waiting."""
+
+_MAX_LIST_PAGES = 100
+
+Transport = Callable[[], contextlib.AbstractAsyncContextManager[TransportStreams]]
+"""Opens the streams of one session: a child process's stdio, or streamable HTTP."""
+
+
+def transport(config: ServerConfig, errlog: Callable[[], TextIO]) -> Transport:
+    """How to reach the server of `config`; a stdio server's stderr goes to `errlog()`."""
+    if isinstance(config, HTTPServerConfig):
+        return lambda: _http_transport(config)
+    return lambda: _stdio_transport(config, errlog())
+
+
+class Connection:
+    """One session with a server, owned by a task of its own (see the module's docstring).
+
+    `await open()` starts it, `call_tool` and `list_tools` use it from any task, `gone` is set
+    once it has ended for any reason, and `await close()` ends it within `CLOSE_TIMEOUT`.
+    """
+
+    def __init__(self, name: str, transport: Transport, on_notification: MessageHandlerFnT) -> None:
+        self.name = name
+        self.gone = asyncio.Event()
+        self._transport = transport
+        self._on_notification = on_notification
+        self._session: ClientSession | None = None
+        self._ready: asyncio.Future[ClientSession] | None = None
+        self._stop = asyncio.Event()
+        self._scope = anyio.CancelScope()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def session(self) -> ClientSession:
+        """The open session; only after `open()` returned."""
+        assert self._session is not None, "the connection is not open"
+        return self._session
+
+    async def open(self) -> None:
+        """Start the owning task and wait until the handshake is done (or raise its error)."""
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        self._task = loop.create_task(self._own(self._ready), name=f"mcp:{self.name}")
+        self._session = await asyncio.shield(self._ready)
+
+    async def call_tool(self, tool: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        """Call one tool; the SDK's `MCPError` and answer-parsing errors pass through."""
+        return await self.session.call_tool(tool, dict(arguments))
+
+    async def list_tools(self) -> tuple[types.Tool, ...]:
+        """Every tool the server lists, following its pages (at most 100 of them)."""
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(_MAX_LIST_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+            page = await self.session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return tuple(tools)
+
+    async def close(self) -> None:
+        """End the session and the transport; bounded by `CLOSE_TIMEOUT`."""
+        self._stop.set()
+        if self._ready is not None and not self._ready.done():
+            self._scope.cancel()
+        task = self._task
+        if task is None:
+            return
+        done, _ = await asyncio.wait({task}, timeout=CLOSE_TIMEOUT)
+        if not done:
+            logger.warning("MCP server %r did not close within %g s", self.name, CLOSE_TIMEOUT)
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)
+        if self._ready is not None and self._ready.done() and not self._ready.cancelled():
+            self._ready.exception()  # retrieved here, so asyncio does not log it as lost
+
+    async def _own(self, ready: asyncio.Future[ClientSession]) -> None:
+        try:
+            with self._scope:
+                async with AsyncExitStack() as stack:
+                    read, write = await stack.enter_async_context(self._transport())
+                    pumps = await stack.enter_async_context(anyio.create_task_group())
+                    stack.callback(pumps.cancel_scope.cancel)
+                    forward, session_read = anyio.create_memory_object_stream[
+                        SessionMessage | Exception
+                    ](0)
+                    pumps.start_soon(self._pump, read, forward)
+                    session = await stack.enter_async_context(
+                        ClientSession(
+                            session_read,
+                            write,
+                            message_handler=self._on_notification,
+                            client_info=_client_info(),
+                        )
+                    )
+                    await session.initialize()
+                    ready.set_result(session)
+                    await self._until_stopped_or_gone()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else _Cancelled())
+            elif not isinstance(exc, Exception):
+                raise
+            else:
+                logger.debug("MCP server %r: session ended with %r", self.name, exc)
+        finally:
+            self.gone.set()
+            if not ready.done():
+                ready.set_exception(_Cancelled())
+
+    async def _until_stopped_or_gone(self) -> None:
+        stop = asyncio.ensure_future(self._stop.wait())
+        gone = asyncio.ensure_future(self.gone.wait())
+        try:
+            await asyncio.wait({stop, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            gone.cancel()
+
+    async def _pump(
+        self,
+        source: Any,
+        sink: MemoryObjectSendStream[SessionMessage | Exception],
+    ) -> None:
+        try:
+            async with sink:
+                async for item in source:
+                    await sink.send(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+            pass
+        finally:
+            self.gone.set()
+
+
+class _Cancelled(Exception):
+    """The session's task ended before the handshake finished (it was cancelled)."""
+
+    def __str__(self) -> str:
+        return "the start-up was cancelled"
+
+
+def _client_info() -> types.Implementation:
+    try:
+        version = metadata.version("toolscript")
+    except metadata.PackageNotFoundError:
+        version = "0"
+    return types.Implementation(name="toolscript", version=version)
+
+
+def _stdio_transport(
+    config: StdioServerConfig, errlog: TextIO
+) -> contextlib.AbstractAsyncContextManager[TransportStreams]:
+    parameters = StdioServerParameters(
+        command=config.command,
+        args=list(config.args),
+        env=dict(config.env) or None,
+        cwd=config.cwd,
+    )
+    return stdio_client(parameters, errlog=errlog)
+
+
+@asynccontextmanager
+async def _http_transport(config: HTTPServerConfig) -> AsyncIterator[TransportStreams]:
+    # The SDK takes headers, timeouts and auth only on a client passed in (no `headers=`).
+    timeout = httpx2.Timeout(30.0, read=300.0)
+    async with (
+        httpx2.AsyncClient(headers=config.headers, timeout=timeout) as client,
+        streamable_http_client(config.url, http_client=client) as streams,
+    ):
+        yield streams

@@ -1,0 +1,75 @@
+"""What a failure of an MCP server or call means, told apart and said in a sentence.
+
+A call that fails is one of three things: the server answered with an error (the tool's
+answer, `is_error`), the server answered something toolscript cannot use (also an error
+answer), or the answer can never come because the server went away (`SourceGone`: the call
+was sent, so its effect is unknown).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx2
+from mcp import MCPError
+from mcp_types import CONNECTION_CLOSED
+from pydantic import ValidationError
+
+from ..spec import SourceGone, ToolOutcome
+
+__all__ = ["answer_error", "answer_was_lost", "failure_reason", "source_gone"]
+
+# Goal: tell "the server answered with an error" from "the answer can never come".
+# What fails: the SDK reports both as `MCPError`, and it synthesizes the lost-answer errors
+# (the session's EOF fan-out; the streamable HTTP transport when a response stream breaks)
+# with code -32000, which JSON-RPC also leaves to servers for their own errors.
+# What we do: code -32000 with one of the SDK's own messages (mcp 2.3.0) means the answer was
+# lost, so the call is `SourceGone` (effect unknown), never an error answer. A server's own
+# -32000 with other words stays the tool's error.
+_LOST_ANSWER_MESSAGES = ("Connection closed", "SSE stream ")
+
+
+def answer_was_lost(exc: MCPError) -> bool:
+    """Whether `exc` is the SDK saying the answer can never come, not the server's error."""
+    return exc.code == CONNECTION_CLOSED and exc.message.startswith(_LOST_ANSWER_MESSAGES)
+
+
+def answer_error(
+    server: str, tool: str, exc: MCPError | RuntimeError | ValidationError
+) -> ToolOutcome:
+    """The error answer for a call the server answered with an error, or with an answer
+    toolscript cannot use."""
+    if isinstance(exc, MCPError):
+        return ToolOutcome(value=f"MCP error {exc.code}: {exc.message}", is_error=True)
+    return ToolOutcome(
+        value=f"MCP server {server!r} gave an answer to {tool!r} that toolscript cannot use: {exc}",
+        is_error=True,
+    )
+
+
+def source_gone(server: str, tool: str, *, closing: bool, log_path: Path) -> SourceGone:
+    """The error for a call in flight when its server went away."""
+    after = (
+        "toolscript was closing it."
+        if closing
+        else "The next call opens a new session (a local server is started again)."
+    )
+    return SourceGone(
+        f"MCP server {server!r} went away while the call of {tool!r} was in "
+        f"flight, so whether it took effect is unknown. {after} "
+        f"Its log is {str(log_path)!r}."
+    )
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A one-line reason for a failure, looking inside exception groups of one."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, FileNotFoundError):
+        return f"the command was not found ({exc.filename or exc})"
+    if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
+        return "it closed the connection during the handshake (did the process exit?)"
+    if isinstance(exc, httpx2.ConnectError):
+        return f"cannot connect ({exc})"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,59 @@
+"""An MCP tool's result, as the value the script receives (docs/design.md#tools-inside-the-script)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp.types as types
+
+from ..spec import ToolOutcome
+
+__all__ = ["tool_outcome"]
+
+
+def tool_outcome(result: types.CallToolResult) -> ToolOutcome:
+    """Turn an MCP tool result into what the host passes to the kernel.
+
+    An error result is its text; else structured content when present; else a single text
+    block as `str`; else a list of blocks, text as `str` and the rest as dicts marked with
+    `"$toolscript"` (see `toolscript.kernel.content`).
+    """
+    if result.is_error:
+        text = "\n".join(
+            block.text for block in result.content if isinstance(block, types.TextContent)
+        )
+        return ToolOutcome(
+            value=text or "The tool reported an error without a message.", is_error=True
+        )
+    if result.structured_content is not None:
+        return ToolOutcome(value=result.structured_content)
+    if len(result.content) == 1 and isinstance(result.content[0], types.TextContent):
+        return ToolOutcome(value=result.content[0].text)
+    return ToolOutcome(value=[_block(block) for block in result.content])
+
+
+def _block(block: types.ContentBlock) -> Any:
+    if isinstance(block, types.TextContent):
+        return block.text
+    if isinstance(block, types.ImageContent):
+        return {"$toolscript": "image", "mime_type": block.mime_type, "data": block.data}
+    if isinstance(block, types.AudioContent):
+        return {"$toolscript": "audio", "mime_type": block.mime_type, "data": block.data}
+    if isinstance(block, types.EmbeddedResource):
+        contents = block.resource
+        wire: dict[str, Any] = {
+            "$toolscript": "resource",
+            "uri": str(contents.uri),
+            "mime_type": contents.mime_type,
+        }
+        if isinstance(contents, types.TextResourceContents):
+            wire["text"] = contents.text
+        else:
+            wire["data"] = contents.blob
+        return wire
+    return {
+        "$toolscript": "resource_link",
+        "uri": str(block.uri),
+        "name": block.name,
+        "mime_type": block.mime_type,
+    }
