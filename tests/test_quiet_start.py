@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.conftest import sandbox_knobs
 
+from tests.conftest import sandbox_knobs
 from toolscript import Runtime
 from toolscript.host.output import StreamCapture
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import GRACE
 from toolscript import Runtime
 
-from .conftest import GRACE, WAIT
+from .conftest import WAIT
 
 _HOST = textwrap.dedent(
     """
