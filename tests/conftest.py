@@ -77,8 +77,8 @@ async def runtime(make_runtime: MakeRuntime) -> Runtime:
 
 
 async def eventually(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Wait, without holding the event loop, until `predicate()`; fail at `timeout` with
-    `what` went wrong ("the daemon did not appear", say)."""
+    """Wait, without holding the event loop, until `predicate()`; at `timeout`, fail saying
+    `what` ("the daemon did not appear", say) and the timeout."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
