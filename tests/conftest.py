@@ -1,18 +1,37 @@
-"""What every test shares: how the runtimes under test are sandboxed.
+"""What every test shares: how the runtimes under test are made, sandboxed and waited on.
 
 `TOOLSCRIPT_TEST_SANDBOX` (default "required") is the `sandbox` knob of the runtimes the
 suites make, so CI runs the suite with the sandbox on and once more with it off. The
 sandbox shows a test's `tmp_path` to its scripts (read-write), where tests and scripts
 leave each other files.
+
+`make_runtime` starts runtimes with no warm pool: a test of the pool, or of anything that
+needs interpreters started ahead of time, asks for `pool_size` itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
+import pytest
+
+from toolscript import Runtime
+
 SANDBOX = os.environ.get("TOOLSCRIPT_TEST_SANDBOX", "required")
+
+GRACE = 0.5
+"""The grace period the suites' runtimes have, so a kill comes quickly."""
+
+CLOSE_BOUND = 20.0
+"""Seconds a runtime made by `make_runtime` gets to close when its test ends."""
+
+MakeRuntime = Callable[..., Awaitable[Runtime]]
 
 
 def sandbox_knobs(knobs: dict[str, Any], *shared: Path) -> dict[str, Any]:
@@ -23,3 +42,72 @@ def sandbox_knobs(knobs: dict[str, Any], *shared: Path) -> dict[str, Any]:
         mounts.setdefault(str(folder), "rw")
     knobs["mounts"] = mounts
     return knobs
+
+
+@pytest.fixture
+async def make_runtime(tmp_path: Path) -> AsyncIterator[MakeRuntime]:
+    """Start runtimes with the given knobs; all closed when the test ends.
+
+    Unless the test says otherwise: the suite's sandbox, showing `tmp_path` read-write (when
+    the test gives no `mounts`), an in-memory journal, a grace of `GRACE`, a default time
+    limit of 10 s and no warm pool.
+    """
+    made: list[Runtime] = []
+
+    async def make(**knobs: Any) -> Runtime:
+        knobs.setdefault("mounts", {tmp_path: "rw"})
+        sandbox_knobs(knobs)
+        knobs.setdefault("journal", ":memory:")
+        knobs.setdefault("grace", GRACE)
+        knobs.setdefault("default_time_limit", 10.0)
+        knobs.setdefault("pool_size", 0)
+        runtime = Runtime(**knobs)
+        made.append(runtime)
+        return await runtime.start()
+
+    yield make
+    for runtime in made:
+        await asyncio.wait_for(runtime.aclose(), CLOSE_BOUND)
+
+
+@pytest.fixture
+async def runtime(make_runtime: MakeRuntime) -> Runtime:
+    """A runtime started by `make_runtime` with the knobs it gives by default."""
+    return await make_runtime()
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Wait, without holding the event loop, until `predicate()`; at `timeout`, fail saying
+    `what` ("the daemon did not appear", say) and the timeout."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout:g} s")
+        await asyncio.sleep(0.005)
+
+
+async def wait_for_file(path: Path, timeout: float = 10.0) -> None:
+    """Wait, without holding the event loop, until `path` exists; fail at `timeout`."""
+    await eventually(path.exists, timeout, f"{path} did not appear")
+
+
+def is_gone(pid: int) -> bool:
+    """True when no live process has `pid` (a zombie waiting to be reaped counts as gone)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def processes_with(token: str) -> list[psutil.Process]:
+    """Live processes (not zombies) whose command line holds `token`."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if process.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(token in part for part in process.info["cmdline"] or ()):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found

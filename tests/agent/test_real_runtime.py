@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from tests.conftest import MakeRuntime
 from toolscript import Runtime, tool
 
 from .helpers import agent_for, said_to_model
@@ -36,7 +36,7 @@ def gate() -> Gate:
 
 
 @pytest.fixture
-async def runtime(gate: Gate) -> AsyncIterator[Runtime]:
+async def runtime(gate: Gate, make_runtime: MakeRuntime) -> Runtime:
     @tool
     async def lookup(key: str) -> str:
         """Look a key up."""
@@ -47,8 +47,7 @@ async def runtime(gate: Gate) -> AsyncIterator[Runtime]:
         """Wait until the test opens the gate."""
         return await gate.wait()
 
-    async with Runtime(tools=[lookup, wait_for_gate], journal=":memory:") as rt:
-        yield rt
+    return await make_runtime(tools=[lookup, wait_for_gate])
 
 
 async def test_a_turn_runs_real_scripts_and_the_model_reads_their_results(

@@ -10,24 +10,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import sandbox_knobs
 
+from tests.conftest import MakeRuntime
 from toolscript import Runtime, tool
 from toolscript.host.calls import CallRecord
 from toolscript.tools.spec import ToolFailure
 
-GRACE = 0.5
-"""The grace period these tests use, so a kill comes quickly."""
-
 WAIT = 10.0
 """The bound on any wait for a handler's signal."""
-
-MakeRuntime = Callable[..., Awaitable[Runtime]]
 
 
 class Desk:
@@ -131,30 +126,16 @@ async def desk() -> AsyncIterator[Desk]:
 
 
 @pytest.fixture
-async def make_runtime(desk: Desk, tmp_path: Path) -> AsyncIterator[MakeRuntime]:
-    """Start runtimes (the desk's tools, in-memory journal, short grace); all closed after."""
-    made: list[Runtime] = []
+async def make_runtime(make_runtime: MakeRuntime, desk: Desk) -> AsyncIterator[MakeRuntime]:
+    """The root `make_runtime`, with the desk's tools unless the test gives others; every
+    gate is opened before the runtimes close, so no handler holds a close up."""
 
     async def make(**knobs: Any) -> Runtime:
         knobs.setdefault("tools", desk.tools)
-        sandbox_knobs(knobs, tmp_path)
-        knobs.setdefault("journal", ":memory:")
-        knobs.setdefault("grace", GRACE)
-        knobs.setdefault("default_time_limit", 10.0)
-        runtime = Runtime(**knobs)
-        made.append(runtime)
-        return await runtime.start()
+        return await make_runtime(**knobs)
 
     yield make
     desk.open_all()
-    for runtime in made:
-        await asyncio.wait_for(runtime.aclose(), 15)
-
-
-@pytest.fixture
-async def runtime(make_runtime: MakeRuntime) -> Runtime:
-    """A started runtime with the desk's tools."""
-    return await make_runtime()
 
 
 def hold_the_loop_source(flag: Path, then: float) -> str:

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 import toolscript.host.calls
+from tests.conftest import MakeRuntime
 from toolscript import Runtime, tool
 
-from .conftest import Desk, MakeRuntime
+from .conftest import Desk
 
 RECORD_FIELDS = {
     "id",

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import MakeRuntime
 from toolscript import tool
 from toolscript.tools.spec import SourceGone, ToolOutcome, ToolSpec
 
-from .conftest import MakeRuntime, call_line
+from .conftest import call_line
 
 
 def _never_answering_tool(entered: asyncio.Event, cancelled: asyncio.Event) -> Any:

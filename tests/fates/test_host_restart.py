@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import GRACE
 from toolscript import Runtime
 
-from .conftest import GRACE, WAIT
+from .conftest import WAIT
 
 _HOST = textwrap.dedent(
     """
@@ -35,7 +36,7 @@ _HOST = textwrap.dedent(
 
     async def main():
         global runtime
-        async with Runtime(tools=[transfer], journal=journal, grace=0.5) as runtime:
+        async with Runtime(tools=[transfer], journal=journal, grace=0.5, pool_size=0) as runtime:
             await runtime.shell("main").run("await transfer(amount=250, to='savings')")
 
     asyncio.run(main())
@@ -89,7 +90,7 @@ async def test_a_call_in_flight_when_the_host_was_killed_is_uncertain_and_told_o
             with contextlib.suppress(ProcessLookupError):
                 os.kill(kernel, signal.SIGKILL)
 
-    async with Runtime(journal=journal, grace=GRACE) as runtime:
+    async with Runtime(journal=journal, grace=GRACE, pool_size=0) as runtime:
         [call] = runtime.journal.uncertain()
         assert (call.tool, call.args_brief, call.shell) == (
             "transfer",

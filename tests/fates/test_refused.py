@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import MakeRuntime
 from toolscript import Runtime, tool
 from toolscript.tools.spec import ToolOutcome, ToolSpec
 
-from .conftest import MakeRuntime, call_line
+from .conftest import call_line
 
 
 def _tool_with_an_unspellable_parameter(dispatched: list[dict[str, Any]]) -> ToolSpec:

@@ -6,9 +6,8 @@ import asyncio
 
 import pytest
 
+from tests.conftest import MakeRuntime
 from toolscript import tool
-
-from .conftest import MakeRuntime
 
 answered: list[int] = []
 

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import MakeRuntime, wait_for_file
 from toolscript import tool
-
-from .conftest import MakeRuntime, wait_for_file
 
 
 @tool

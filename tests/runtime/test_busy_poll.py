@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import MakeRuntime, wait_for_file
 from toolscript import Runtime
 from toolscript.host import busypoll
 from toolscript.kernel.busypoll import MISSES_BEFORE_BACKING_OFF, RETRY_EVERY, BusyPoll
-
-from .conftest import MakeRuntime, wait_for_file
 
 CORES = len(os.sched_getaffinity(0))
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import MakeRuntime, eventually, is_gone, wait_for_file
 from toolscript import Runtime, ScriptResult
 
-from .conftest import MakeRuntime, is_gone, kernel_pid, wait_for_file
+from .conftest import kernel_pid
 
 
 async def assert_crashed_and_replaced(runtime: Runtime, result: ScriptResult, *words: str) -> None:
@@ -24,15 +25,6 @@ async def assert_crashed_and_replaced(runtime: Runtime, result: ScriptResult, *w
     assert after.value == "False"
     assert after.generation == result.generation + 1
     assert "fresh interpreter" in after.note
-
-
-async def wait_until_the_host_sees_it_dead(runtime: Runtime, timeout: float = 10.0) -> None:
-    interpreter = runtime.shell("default")._interpreter
-    assert interpreter is not None
-    deadline = asyncio.get_running_loop().time() + timeout
-    while interpreter.alive:
-        assert asyncio.get_running_loop().time() < deadline, "the host never saw the exit"
-        await asyncio.sleep(0.005)
 
 
 @pytest.mark.timeout(20)
@@ -91,8 +83,10 @@ async def test_a_kernel_killed_between_runs_is_replaced_and_the_next_run_says_so
 ) -> None:
     first = await runtime.run("kept = 1")
     pid = kernel_pid(runtime)
+    interpreter = runtime.shell("default")._interpreter
+    assert interpreter is not None
     os.kill(pid, signal.SIGKILL)
-    await wait_until_the_host_sees_it_dead(runtime)
+    await eventually(lambda: not interpreter.alive, 10.0, "the host never saw the exit")
     after = await runtime.run("'kept' in globals()")
     assert after.status == "ok", after.text
     assert after.value == "False"

@@ -12,9 +12,8 @@ import random
 
 import pytest
 
+from tests.conftest import MakeRuntime
 from toolscript import tool
-
-from .conftest import MakeRuntime
 
 pytestmark = pytest.mark.timeout(60)
 

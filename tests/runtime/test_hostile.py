@@ -9,10 +9,9 @@ import time
 
 import pytest
 
+from tests.conftest import MakeRuntime
 from toolscript import Runtime
 from toolscript.tools.python import tool
-
-from .conftest import MakeRuntime
 
 
 @tool

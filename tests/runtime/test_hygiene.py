@@ -7,9 +7,8 @@ import os
 
 import pytest
 
+from tests.conftest import MakeRuntime
 from toolscript import Runtime
-
-from .conftest import MakeRuntime
 
 
 @pytest.mark.timeout(20)

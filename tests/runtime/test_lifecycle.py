@@ -10,9 +10,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.conftest import MakeRuntime, is_gone, wait_for_file
 from toolscript import Runtime
 
-from .conftest import MakeRuntime, is_gone, kernel_pid, wait_for_file
+from .conftest import kernel_pid
 
 
 def fake_python(tmp_path: Path, body: str) -> str:
@@ -146,11 +147,11 @@ async def test_cancelling_a_run_while_its_interpreter_starts_leaves_no_process(
 async def test_a_broken_python_with_the_template_and_warm_pool_is_refused_and_leaves_nothing(
     make_runtime: MakeRuntime, tmp_path: Path
 ) -> None:
-    # The default knobs: the template and the warm pool start in the background under the
+    # The Runtime's defaults: the template and the warm pool start in the background under the
     # same broken Python. The run is still refused within the bound; closing ends them all.
     python = fake_python(tmp_path, "exec sleep 60")
     before = children_of_this_process()
-    runtime = await make_runtime(python=python, start_timeout=1)
+    runtime = await make_runtime(python=python, start_timeout=1, pool_size=2)
     started = time.monotonic()
     result = await runtime.run("print('never')")
     assert time.monotonic() - started < 1 + 3

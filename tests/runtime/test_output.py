@@ -10,10 +10,11 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from tests.conftest import MakeRuntime, wait_for_file
 from toolscript import Runtime
 from toolscript.host.output import StreamCapture
 
-from .conftest import MakeRuntime, wait_for_file, wait_for_file_holding_the_loop
+from .conftest import wait_for_file_holding_the_loop
 
 
 @pytest.mark.timeout(20)

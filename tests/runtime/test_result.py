@@ -6,9 +6,8 @@ import json
 
 import pytest
 
+from tests.conftest import MakeRuntime
 from toolscript import CallReport, Runtime, ScriptResult
-
-from .conftest import MakeRuntime
 
 
 @pytest.mark.timeout(20)

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import MakeRuntime, wait_for_file
 from toolscript import Runtime
-
-from .conftest import MakeRuntime, wait_for_file
 
 
 @pytest.mark.timeout(20)

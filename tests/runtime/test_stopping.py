@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import GRACE, wait_for_file
 from toolscript import Runtime, ScriptResult
-
-from .conftest import GRACE, wait_for_file
 
 LIMIT = 1.0
 SLACK = 2.0

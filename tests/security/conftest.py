@@ -1,75 +1,25 @@
-"""Fixtures for the attack tests: real runtimes with the sandbox required, and helpers that
-look at the host's processes from outside."""
+"""Fixtures for the attack tests: real runtimes with the sandbox required, and scripts that
+forge the kernel's frames."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
+from tests.conftest import MakeRuntime
 from toolscript import Runtime
-
-GRACE = 0.5
-"""The grace period these tests use, so a kill comes quickly."""
-
-MakeRuntime = Callable[..., Awaitable[Runtime]]
 
 
 @pytest.fixture
-async def make_runtime(tmp_path: Path) -> AsyncIterator[MakeRuntime]:
-    """Start runtimes with the sandbox required (small grace, in-memory journal), showing
-    the test's `tmp_path` to scripts unless `mounts` says otherwise."""
-    made: list[Runtime] = []
+def make_runtime(make_runtime: MakeRuntime) -> MakeRuntime:
+    """The root `make_runtime`, with the sandbox required whatever the suite's setting."""
 
     async def make(**knobs: Any) -> Runtime:
-        knobs.setdefault("journal", ":memory:")
-        knobs.setdefault("grace", GRACE)
-        knobs.setdefault("default_time_limit", 10.0)
         knobs.setdefault("sandbox", "required")
-        knobs.setdefault("mounts", {tmp_path: "rw"})
-        runtime = Runtime(**knobs)
-        made.append(runtime)
-        return await runtime.start()
+        return await make_runtime(**knobs)
 
-    yield make
-    for runtime in made:
-        await asyncio.wait_for(runtime.aclose(), 15)
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Wait, without holding the event loop, until `predicate()`; fail at `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {timeout:g} s")
-        await asyncio.sleep(0.01)
-
-
-def processes_with(token: str) -> list[psutil.Process]:
-    """Live processes (not zombies) whose command line holds `token`."""
-    found = []
-    for process in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if process.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if any(token in part for part in process.info["cmdline"] or ()):
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
-
-
-def is_gone(pid: int) -> bool:
-    """True when no live process has `pid` (a zombie waiting to be reaped counts as gone)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    return make
 
 
 def forging(code: str) -> str:

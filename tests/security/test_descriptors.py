@@ -12,15 +12,12 @@ from __future__ import annotations
 import ast
 import asyncio
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import MakeRuntime, eventually
 from toolscript import Runtime
-
-from .conftest import MakeRuntime
 
 KINDS = pytest.mark.parametrize("fork", [True, False], ids=["forked", "spawned"])
 """Every case runs on an interpreter forked from the template and on one spawned afresh."""
@@ -182,7 +179,8 @@ async def test_a_thread_that_closes_the_epoll_between_two_scripts_does_not_blame
     assert epoll.exists()
     # The script has ended, its thread lives on: now it closes the epoll.
     os.close(os.open(go, os.O_WRONLY))
-    await wait_until(lambda: not epoll.exists())  # closed (or the kernel, seeing it, exited)
+    # Closed (or the kernel, seeing it, exited).
+    await eventually(lambda: not epoll.exists(), 10.0, "the epoll was never closed")
     # The innocent script never began on the broken interpreter: it runs on a fresh one.
     after = await runtime.run("'kept' in globals()", time_limit=TIME_LIMIT)
     assert after.status == "ok", after.text
@@ -229,12 +227,3 @@ async def test_the_interpreters_own_descriptors_are_the_four_at_the_top(
     top = sorted(held[fd] for fd in held if fd >= 1020)
     assert top == ["anon_inode", "socket", "socket", "socket"], held
     assert [fd for fd in held if 2 < fd < 1020 and held[fd] in ("socket", "pipe")] == [], held
-
-
-async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait, without holding the event loop, until `condition()` holds; fail at `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the condition did not hold within {timeout:g} s")
-        await asyncio.sleep(0.005)

@@ -24,7 +24,7 @@ async def test_sandbox_required_refuses_to_start_saying_why() -> None:
 
 @pytest.mark.usefixtures("no_bubblewrap")
 async def test_without_a_sandbox_auto_runs_and_each_interpreter_says_it_is_not_isolated() -> None:
-    async with Runtime(journal=":memory:", sandbox="auto") as runtime:
+    async with Runtime(journal=":memory:", sandbox="auto", pool_size=0) as runtime:
         assert runtime.sandbox == "process only"
         assert runtime.sandbox_failure is not None
         assert "bubblewrap was not found" in runtime.sandbox_failure
@@ -38,14 +38,14 @@ async def test_without_a_sandbox_auto_runs_and_each_interpreter_says_it_is_not_i
 
 
 async def test_sandbox_off_says_so_in_the_first_result() -> None:
-    async with Runtime(journal=":memory:", sandbox="off") as runtime:
+    async with Runtime(journal=":memory:", sandbox="off", pool_size=0) as runtime:
         assert runtime.sandbox == "process only"
         result = await runtime.run("1")
         assert "not sandboxed" in result.note and "sandbox='off'" in result.note
 
 
 async def test_the_default_runtime_is_sandboxed_here() -> None:
-    async with Runtime(journal=":memory:") as runtime:
+    async with Runtime(journal=":memory:", pool_size=0) as runtime:
         assert runtime.sandbox == "namespaces+seccomp", runtime.sandbox_failure
         result = await runtime.run("1")
         assert "not sandboxed" not in result.note

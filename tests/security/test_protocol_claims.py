@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import GRACE, MakeRuntime, eventually, is_gone
 from toolscript import Runtime
 from toolscript.host.journal import JournalScript
 from toolscript.tools.python import tool
 
-from .conftest import GRACE, MakeRuntime, forging, is_gone
+from .conftest import forging
 
 
 @tool
@@ -41,12 +42,6 @@ async def kernel_of(runtime: Runtime) -> int:
     pid = interpreter.kernel_pid()
     assert pid is not None
     return pid
-
-
-async def wait_until_gone(pid: int, deadline: float) -> None:
-    while not is_gone(pid):
-        assert time.monotonic() < deadline, f"the interpreter {pid} still runs"
-        await asyncio.sleep(0.01)
 
 
 @pytest.mark.timeout(30)
@@ -140,7 +135,11 @@ async def test_a_forged_done_buys_no_time_for_code_that_goes_on_running(
     limit = 1.0
     started = time.monotonic()
     result = await runtime.run(code, time_limit=limit)
-    await wait_until_gone(pid, started + limit + GRACE + 1.0)
+    await eventually(
+        lambda: is_gone(pid),
+        started + limit + GRACE + 1.0 - time.monotonic(),
+        f"the interpreter {pid} still ran",
+    )
     assert beat.exists()  # it did run on after its forged `done`, until it was killed
     assert "did not confirm that its code had stopped" in (
         violation_of(runtime, result.script_id) or ""
@@ -167,7 +166,10 @@ async def test_a_forged_done_from_code_that_goes_on_awaiting_is_found_at_once(
     )
     started = time.monotonic()
     result = await runtime.run(code, time_limit=10)
-    await wait_until_gone(pid, started + 3.0)  # long before its time limit of 10 s
+    # Long before its time limit of 10 s.
+    await eventually(
+        lambda: is_gone(pid), started + 3.0 - time.monotonic(), f"the interpreter {pid} still ran"
+    )
     assert "still running" in (violation_of(runtime, result.script_id) or "")
     after = await runtime.run("1 + 1")
     assert after.value == "2" and after.generation == result.generation + 1

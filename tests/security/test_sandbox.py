@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import MakeRuntime
+from tests.conftest import MakeRuntime
 
 pytestmark = pytest.mark.timeout(60)
 

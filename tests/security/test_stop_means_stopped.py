@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .conftest import MakeRuntime, eventually, processes_with
+from tests.conftest import MakeRuntime, eventually, processes_with
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import MakeRuntime
 from toolscript.host import codec
 from toolscript.kernel import wire
 from toolscript.tools.python import tool
-
-from .conftest import MakeRuntime
 
 
 @tool

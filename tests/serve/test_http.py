@@ -10,8 +10,9 @@ from typing import Any
 
 import anyio
 import httpx2
-import psutil
 import pytest
+
+from tests.conftest import eventually, processes_with
 
 from .conftest import client, handshake, http_server, mcp_headers, notes, run, structured
 
@@ -101,17 +102,6 @@ async def test_a_request_without_the_right_token_gets_401_and_runs_nothing(
         assert marker.read_text() == "ran"  # the same request with the token does run
 
 
-def processes_with(token: str) -> list[psutil.Process]:
-    """Live processes whose command line holds `token`."""
-    found = []
-    for process in psutil.process_iter(["cmdline", "status"]):
-        if process.info["status"] != psutil.STATUS_ZOMBIE and any(
-            token in part for part in process.info["cmdline"] or ()
-        ):
-            found.append(process)
-    return found
-
-
 @pytest.mark.timeout(45)
 async def test_closing_a_client_session_reclaims_its_interpreter(tmp_path: Path) -> None:
     # The interpreter starts a process with a token in its command line, which the test can
@@ -126,6 +116,6 @@ async def test_closing_a_client_session_reclaims_its_interpreter(tmp_path: Path)
             )
             assert structured(result)["status"] == "ok", result
             assert processes_with(token)
-        with anyio.fail_after(20):
-            while processes_with(token):
-                await anyio.sleep(0.05)
+        await eventually(
+            lambda: not processes_with(token), 20, "a process of the closed session lived on"
+        )

@@ -11,6 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.conftest import wait_for_file
+
 from .conftest import client, notes, run, stdio_server, structured, text
 
 
@@ -156,9 +158,7 @@ async def test_a_client_that_abandons_a_run_stops_its_script(tmp_path: Path) -> 
                 await run(session, code, time_limit_s=120)
 
             group.start_soon(abandoned)
-            with anyio.fail_after(30):
-                while not started.exists():
-                    await anyio.sleep(0.01)
+            await wait_for_file(started, 30)
             group.cancel_scope.cancel()
         with anyio.fail_after(20):
             after = await run(session, "x = 'free'\nx")

@@ -8,20 +8,18 @@ These tests hold both sides of that bargain: output still belongs to its own scr
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.conftest import sandbox_knobs
 
+from tests.conftest import MakeRuntime
 from toolscript import Runtime
 from toolscript.host.output import StreamCapture
 
 
 @pytest.fixture
-async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
-    async with Runtime(**sandbox_knobs({"journal": ":memory:", "grace": 0.5}, tmp_path)) as runtime:
-        yield runtime
+async def rt(make_runtime: MakeRuntime) -> Runtime:
+    return await make_runtime()
 
 
 @pytest.mark.timeout(30)

@@ -19,7 +19,7 @@ from toolscript.tools.spec import ToolOutcome
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

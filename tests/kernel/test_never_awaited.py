@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
+from tests.conftest import MakeRuntime
 from toolscript import Runtime, tool
 
 
@@ -25,9 +24,8 @@ NEVER = "were created but never awaited"
 
 
 @pytest.fixture
-async def rt() -> AsyncIterator[Runtime]:
-    async with Runtime(tools=[echo, echo_again], journal=":memory:", grace=0.5) as runtime:
-        yield runtime
+async def rt(make_runtime: MakeRuntime) -> Runtime:
+    return await make_runtime(tools=[echo, echo_again])
 
 
 @pytest.mark.timeout(30)

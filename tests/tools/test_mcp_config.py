@@ -137,7 +137,7 @@ def test_a_doubled_dollar_keeps_a_literal_variable_reference() -> None:
 
 
 def test_the_example_config_points_at_the_notes_server() -> None:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     config = load_mcp_config(root / "examples" / "mcp.json").servers["notes"]
     assert isinstance(config, StdioServerConfig)
     assert (root / config.args[0]).is_file()

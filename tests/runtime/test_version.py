@@ -9,6 +9,6 @@ import toolscript
 
 
 def test_the_version_is_the_one_pyproject_declares() -> None:
-    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert toolscript.__version__ == pyproject["project"]["version"]
     assert "__version__" in toolscript.__all__

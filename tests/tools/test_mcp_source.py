@@ -19,7 +19,7 @@ from toolscript.tools.spec import SourceGone, ToolFailure, ToolOutcome, ToolSpec
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-SERVERS = Path(__file__).parent / "mcp_servers"
+SERVERS = Path(__file__).parent.parent / "mcp_servers"
 DEMO = str(SERVERS / "demo_server.py")
 
 
