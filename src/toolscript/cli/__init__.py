@@ -23,6 +23,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help and usage errors: rendering them with rich costs more
+    # than the rest of `--help`
 )
 app.command("exec")(exec_command)
 app.command("tools")(tools_command)

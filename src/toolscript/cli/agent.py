@@ -108,7 +108,7 @@ def summary(turn: Turn) -> str:
 
 
 def agent_command(
-    task: Annotated[str, typer.Argument(help="What the agent should do.")],
+    task: Annotated[str, typer.Argument(help="What the agent should do.", metavar="TASK")],
     model: Annotated[
         str, typer.Option("--model", help="anthropic:MODEL or openai:MODEL.", show_default=False)
     ],

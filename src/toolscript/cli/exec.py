@@ -25,7 +25,9 @@ def exec_command(
     script: Annotated[
         Path,
         typer.Argument(
-            help="The Python script to run ('-' reads standard input).", allow_dash=True
+            help="The Python script to run ('-' reads standard input).",
+            allow_dash=True,
+            metavar="SCRIPT",
         ),
     ],
     tools: ToolsOption = None,
@@ -69,11 +71,15 @@ def exec_command(
     async def main() -> Any:
         from ..runtime import Runtime
 
+        # One script needs one interpreter: started directly, it is ready sooner than a
+        # template that then forks it, and no pool is filled only to be closed.
         async with Runtime(
             tools=specs,
             mcp_config=mcp_config,
             journal=journal,
             workdir=workdir,
+            fork=False,
+            pool_size=0,
             **knobs,
         ) as rt:
             for server, reason in rt.mcp_failures.items():
