@@ -3,7 +3,8 @@
     python bench/cli_start.py [--runs 10] [--console-script] [--against SRC]
 
 Rows, each one process timed from spawn to exit (`subprocess.run`), interleaved run by run so
-that machine noise hits all alike:
+that machine noise hits all alike, with the CPU time (user + system) it and every process it
+waited for used, which a busy machine inflates less than the wall time:
 
 - `exec`: `toolscript exec script.py --journal :memory:` where the script is `print(1)`, no
   tools, no MCP config, the default sandbox, run in a fresh temporary folder (the script's
@@ -34,6 +35,7 @@ import importlib.util
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -63,14 +65,23 @@ def source_folder() -> str:
     return str(Path(spec.origin).resolve().parents[1])
 
 
-def timed(command: list[str], folder: Path, env: dict[str, str], expect: str | None) -> float:
-    """Seconds from spawn to exit; the command must succeed (and print `expect`)."""
+def cpu_of_children() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def timed(
+    command: list[str], folder: Path, env: dict[str, str], expect: str | None
+) -> tuple[float, float]:
+    """Seconds from spawn to exit, and CPU seconds; the command must succeed (and print
+    `expect`)."""
+    cpu = cpu_of_children()
     started = time.perf_counter()
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     if done.returncode != 0 or (expect is not None and expect not in done.stdout):
         raise SystemExit(f"{command} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return elapsed
+    return elapsed, cpu_of_children() - cpu
 
 
 def main() -> None:
@@ -125,9 +136,12 @@ def main() -> None:
         for _, command, expect, environment in rows.values():  # warm the file cache, untimed
             timed(command, folder, environment, expect)
         samples: dict[str, list[float]] = {name: [] for name in rows}
+        cpu: dict[str, list[float]] = {name: [] for name in rows}
         for _ in range(options.runs):
             for name, (_, command, expect, environment) in rows.items():
-                samples[name].append(timed(command, folder, environment, expect))
+                elapsed, used = timed(command, folder, environment, expect)
+                samples[name].append(elapsed)
+                cpu[name].append(used)
         load_after = os.getloadavg()[0]
 
     medians = {name: statistics.median(times) for name, times in samples.items()}
@@ -149,6 +163,7 @@ def main() -> None:
                 "min_ms": min(samples[name]) * 1000,
                 "max_ms": max(samples[name]) * 1000,
                 "over_floor": medians[name] / floor,
+                "cpu_median_ms": statistics.median(cpu[name]) * 1000,
                 "samples_ms": [value * 1000 for value in samples[name]],
             }
             for name, (what, _, _, _) in rows.items()
@@ -160,6 +175,7 @@ def main() -> None:
         print(
             f"{name:22} median {row['median_ms']:7.1f} ms  ({row['over_floor']:4.1f} × floor)"
             f"   min {row['min_ms']:7.1f}  max {row['max_ms']:7.1f}"
+            f"   CPU {row['cpu_median_ms']:7.1f} ms"
         )
     print(
         f"exec / floor: {ratio:.2f} (target ≤ {TARGET}: {'met' if ratio <= TARGET else 'MISSED'})"
