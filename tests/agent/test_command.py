@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from toolscript.agent.command import agent_command
+from toolscript.cli.agent import agent_command
 
 from .standins import Reply, StandIn
 

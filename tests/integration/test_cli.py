@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from toolscript import __file__ as PACKAGE
+
 from .conftest import ROOT, broken_servers, stdio_demo
 
 COMMAND_BOUND = 90.0
@@ -75,6 +77,17 @@ def toolscript() -> list[str]:
     return [found] if found else [sys.executable, "-c", "from toolscript.cli import main; main()"]
 
 
+def environment() -> dict[str, str]:
+    """The commands' environment: the toolscript under test wherever they start (the tools
+    module is found from the working directory), and the README's `python` is this one, as in
+    its virtual environment."""
+    return {
+        **os.environ,
+        "PYTHONPATH": str(Path(PACKAGE).resolve().parents[1]),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
+
+
 @pytest.fixture(scope="module")
 def commands(
     tmp_path_factory: pytest.TempPathFactory,
@@ -84,8 +97,7 @@ def commands(
     (work / "script.py").write_text(SCRIPT)
     config = {"mcpServers": {"demo": stdio_demo(), "broken": broken_servers()["broken"]}}
     (work / "mcp.json").write_text(json.dumps(config))
-    env = {**os.environ, "TOOLSCRIPT_STATE": str(work / "state")}
-    env.pop("PYTHONPATH", None)  # the tools module is found from the working directory
+    env = {**environment(), "TOOLSCRIPT_STATE": str(work / "state")}
 
     def start(*args: str, cwd: Path = work) -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -190,6 +202,7 @@ def test_the_readme_serve_demo_prints_the_tools_and_the_notes_found() -> None:
     done = subprocess.run(
         [sys.executable, "examples/serve_demo.py"],
         cwd=ROOT,
+        env=environment(),
         capture_output=True,
         text=True,
         timeout=80,

@@ -10,17 +10,27 @@ from pathlib import Path
 
 import pytest
 
+import toolscript
+
+SOURCE = str(Path(toolscript.__file__).resolve().parents[1])
+"""The folder the toolscript under test is imported from, for the commands these tests start
+(a relative `PYTHONPATH` would not reach it from their working folder)."""
+
+
+def environment(tmp_path: Path) -> dict[str, str]:
+    """The command's environment: its state under the test's folder, this toolscript first."""
+    return {**os.environ, "TOOLSCRIPT_STATE": str(tmp_path / "state"), "PYTHONPATH": SOURCE}
+
 
 def toolscript_exec(tmp_path: Path, code: str, *options: str) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "script.py"
     script.write_text(code)
-    env = {**os.environ, "TOOLSCRIPT_STATE": str(tmp_path / "state")}
     return subprocess.run(
         [sys.executable, "-m", "toolscript.cli", "exec", str(script), *options],
         capture_output=True,
         text=True,
         timeout=30,
-        env=env,
+        env=environment(tmp_path),
         cwd=tmp_path,
     )
 
@@ -62,13 +72,12 @@ def test_exec_json_prints_the_result_as_a_dict(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(40)
 def test_exec_of_a_missing_script_fails_saying_so(tmp_path: Path) -> None:
-    env = {**os.environ, "TOOLSCRIPT_STATE": str(tmp_path / "state")}
     done = subprocess.run(
         [sys.executable, "-m", "toolscript.cli", "exec", str(tmp_path / "absent.py")],
         capture_output=True,
         text=True,
         timeout=30,
-        env=env,
+        env=environment(tmp_path),
     )
     assert done.returncode != 0
     assert "absent.py" in done.stderr

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import typer
 
+from toolscript.cli.serve import parse_address
 from toolscript.serve.auth import BearerTokenGate, TokenFileError, load_or_create_token
-from toolscript.serve.command import parse_address
 
 
 def test_a_missing_token_file_is_created_private_and_then_read_back(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """toolscript as an MCP server: `run_python` and friends in front of a `Runtime`.
 
 `ToolscriptServer(runtime, transport="stdio" | "http")` is the server; `toolscript serve` (see
-`toolscript.serve.command`) runs it from the command line.
+`toolscript.cli.serve`) runs it from the command line.
 """
 
 from __future__ import annotations

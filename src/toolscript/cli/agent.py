@@ -1,28 +1,35 @@
 """`toolscript agent "TASK" --model PROVIDER:MODEL`: one agent turn in the terminal.
 
-`agent_command` is a plain function with typer annotations; the `toolscript` app registers it
-with `app.command("agent")(agent_command)`. Progress (steps, scripts, calls, elapsed) goes to
-standard error while the turn runs; the summary, or with `--json` the whole turn, goes to
-standard output. The exit code is 0 when the model ended the turn (and did not `block`), 1
-otherwise, 130 when interrupted.
+Progress (steps, scripts, calls, elapsed) goes to standard error while the turn runs; the
+summary, or with `--json` the whole turn, goes to standard output. The exit code is 0 when the
+model ended the turn (and did not `block`), 1 otherwise, 130 when interrupted. The agent, its
+providers' SDKs and the runtime are imported when the command runs, not when the command line
+starts.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import sys
-from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.live import Live
-from rich.text import Text
 
-from ..options import MountOption, NetworkOption, SandboxOption, sandbox_knobs
-from .control import ExecutionControl, InvalidControl
-from .loop import Agent, AgentEvent, Turn
+from .options import (
+    JournalOption,
+    JSONOption,
+    MCPConfigOption,
+    MountOption,
+    NetworkOption,
+    SandboxOption,
+    sandbox_knobs,
+)
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
+    from ..agent import AgentEvent, Turn
 
 
 class Progress:
@@ -40,6 +47,8 @@ class Progress:
 
     def status(self) -> Text:
         """The status line."""
+        from rich.text import Text
+
         return Text(
             f"step {self.step}/{self.cap} · scripts {self.scripts} · calls {self.calls} · "
             f"{self.elapsed:.1f} s · {self.doing}",
@@ -99,7 +108,7 @@ def summary(turn: Turn) -> str:
 
 
 def agent_command(
-    task: Annotated[str, typer.Argument(help="What the agent should do.")],
+    task: Annotated[str, typer.Argument(help="What the agent should do.", metavar="TASK")],
     model: Annotated[
         str, typer.Option("--model", help="anthropic:MODEL or openai:MODEL.", show_default=False)
     ],
@@ -107,16 +116,7 @@ def agent_command(
         str | None,
         typer.Option("--base-url", help="Another server of that API (any OpenAI-compatible)."),
     ] = None,
-    mcp_config: Annotated[
-        Path | None,
-        typer.Option(
-            "--mcp-config",
-            help="An MCP client config file whose servers' tools the scripts can call.",
-            exists=True,
-            dir_okay=False,
-            readable=True,
-        ),
-    ] = None,
+    mcp_config: MCPConfigOption = None,
     max_steps: Annotated[
         int, typer.Option("--max-steps", help="Model requests the turn may make.")
     ] = 50,
@@ -130,18 +130,23 @@ def agent_command(
         float | None,
         typer.Option("--tool-timeout", help="The longest time limit of one script, in seconds."),
     ] = 60.0,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the whole turn, transcript included, as JSON.")
-    ] = False,
-    journal: Annotated[
-        str | None,
-        typer.Option("--journal", help="Journal file, or ':memory:' (default: the state dir)."),
-    ] = None,
+    as_json: JSONOption = False,
+    journal: JournalOption = None,
     network: NetworkOption = False,
     sandbox: SandboxOption = "auto",
     mount: MountOption = None,
 ) -> None:
-    """Run one agent turn on TASK: the model acts only by running Python scripts."""
+    """Run one agent turn on TASK: the model acts only by running Python scripts.
+
+    With --json, the whole turn is printed, transcript included.
+    """
+    import asyncio
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from ..agent import Agent, ExecutionControl, InvalidControl
+
     knobs = sandbox_knobs(sandbox, network, mount)
     try:
         control = ExecutionControl(
@@ -187,6 +192,8 @@ def agent_command(
 
 def _show(turn: Turn, as_json: bool) -> None:
     if as_json:
+        import json
+
         json.dump(turn.to_dict(), sys.stdout, indent=2, ensure_ascii=False, default=_json_safe)
         sys.stdout.write("\n")
     else:

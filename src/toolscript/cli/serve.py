@@ -1,17 +1,14 @@
 """`toolscript serve`: toolscript as an MCP server, over stdio or streamable HTTP.
 
-`serve_command` is a plain function with typer annotations; the `toolscript` app registers it
-with `app.command("serve")(serve_command)`. Standard output belongs to the MCP protocol over
-stdio, so everything this command says goes to standard error.
+Standard output belongs to the MCP protocol over stdio, so everything this command says goes
+to standard error. The server (`toolscript.serve`), the MCP SDK and the runtime are imported
+when the command runs, not when the command line starts.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
-import logging
-import signal
 import socket
 import sys
 from collections.abc import Callable
@@ -20,12 +17,16 @@ from typing import Annotated
 
 import typer
 
-from ..options import MountOption, NetworkOption, SandboxOption, sandbox_knobs
-from ..tools.references import ToolReferenceError, load_tools
-from .auth import TokenFileError, load_or_create_token
-from .hosts import HostCheck
-
-__all__ = ["parse_address", "serve_command"]
+from .options import (
+    JournalOption,
+    MCPConfigOption,
+    MountOption,
+    NetworkOption,
+    SandboxOption,
+    ToolsOption,
+    load_tools,
+    sandbox_knobs,
+)
 
 LOOPBACK = "127.0.0.1"
 
@@ -74,24 +75,8 @@ def _is_loopback(listener: socket.socket) -> bool:
 
 
 def serve_command(
-    mcp_config: Annotated[
-        Path | None,
-        typer.Option(
-            "--mcp-config",
-            help='The MCP servers whose tools scripts can call: {"mcpServers": {...}}.',
-            exists=True,
-            dir_okay=False,
-            readable=True,
-        ),
-    ] = None,
-    tools: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--tools",
-            help="Python tools as MODULE:ATTR (one tool, or a list of them). Repeatable.",
-            metavar="MODULE:ATTR",
-        ),
-    ] = None,
+    mcp_config: MCPConfigOption = None,
+    tools: ToolsOption = None,
     http: Annotated[
         str | None,
         typer.Option(
@@ -130,21 +115,21 @@ def serve_command(
             metavar="ORIGIN",
         ),
     ] = None,
-    journal: Annotated[
-        str | None,
-        typer.Option("--journal", help="Journal file, or ':memory:' (default: the state dir)."),
-    ] = None,
+    journal: JournalOption = None,
     network: NetworkOption = False,
     sandbox: SandboxOption = "auto",
     mount: MountOption = None,
 ) -> None:
     """Serve toolscript to an MCP client: one run_python tool in which every tool is Python."""
+    import asyncio
+    import logging
+
+    from ..serve.auth import TokenFileError, load_or_create_token
+    from ..serve.hosts import HostCheck
+
     knobs = sandbox_knobs(sandbox, network, mount)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="toolscript: %(message)s")
-    try:
-        specs = load_tools(tools)
-    except ToolReferenceError as error:
-        raise typer.BadParameter(str(error), param_hint="--tools") from None
+    specs = load_tools(tools)
     for name, given in (
         ("--token-file", token_file),
         ("--allow-host", allow_host),
@@ -183,7 +168,7 @@ def serve_command(
 
     async def main() -> None:
         from ..runtime import Runtime
-        from .server import ToolscriptServer
+        from ..serve.server import ToolscriptServer
 
         served: ToolscriptServer | None = None
         signalled = False
@@ -226,6 +211,9 @@ def _stop_on_signals(stop: Callable[[], None]) -> None:
     `Runtime` closes (scripts stopped, journal closed, working folder removed) before the
     process exits with status 0. A second SIGINT interrupts that cleanup at once (Ctrl-C
     twice); another SIGTERM changes nothing, the cleanup being bounded already."""
+    import asyncio
+    import signal
+
     loop = asyncio.get_running_loop()
 
     def first() -> None:

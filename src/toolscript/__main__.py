@@ -1,0 +1,7 @@
+"""`python -m toolscript`: the `toolscript` command."""
+
+from __future__ import annotations
+
+from .cli import main
+
+main()
