@@ -34,10 +34,6 @@ import typing
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
-import docstring_parser
-from pydantic import TypeAdapter
-from pydantic_core import to_jsonable_python
-
 from toolscript.tools.spec import SourceGone, ToolAnnotations, ToolFailure, ToolOutcome, ToolSpec
 
 P = ParamSpec("P")
@@ -77,6 +73,11 @@ class Tool(Generic[P, R]):
             raise TypeError(
                 f"the type hints of the tool {name!r} cannot be resolved: {error}"
             ) from error
+        # pydantic and docstring_parser load with the first tool, not with the package: a
+        # command that runs no Python tool never pays for them.
+        import docstring_parser
+        from pydantic import TypeAdapter
+
         self.converters = {
             parameter_name: TypeAdapter(hint)
             for parameter_name, hint in hints.items()
@@ -152,6 +153,8 @@ class Tool(Generic[P, R]):
             return ToolOutcome(value=result)
         if isinstance(result, ToolOutcome):
             return result
+        from pydantic_core import to_jsonable_python
+
         try:
             return ToolOutcome(value=to_jsonable_python(result))
         except Exception as error:
@@ -212,6 +215,8 @@ def tool(
 
 def _input_schema(function: Callable[..., Any], name: str) -> dict[str, Any]:
     try:
+        from pydantic import TypeAdapter
+
         schema: dict[str, Any] = TypeAdapter(cast(Any, function)).json_schema()
     except Exception as error:
         raise TypeError(
@@ -225,6 +230,8 @@ def _output_schema(annotation: object) -> dict[str, Any] | None:
     if annotation in (inspect.Parameter.empty, Any, object, ToolOutcome):
         return None
     try:
+        from pydantic import TypeAdapter
+
         schema: dict[str, Any] = TypeAdapter(cast(Any, annotation)).json_schema(
             mode="serialization"
         )

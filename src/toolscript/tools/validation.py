@@ -17,11 +17,10 @@ itself, so dispatching anyway is reasonable, while refusing is the cautious choi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema  # type: ignore[import-untyped]
-import jsonschema_rs
-from jsonschema.exceptions import ValidationError, best_match  # type: ignore[import-untyped]
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped]
 
 from toolscript.kernel.brief import brief
 
@@ -69,6 +68,8 @@ class ArgumentValidator:
         try:
             if self.validator.is_valid(arguments):
                 return None
+            from jsonschema.exceptions import best_match
+
             error = best_match(self.validator.iter_errors(arguments))
             if error is None:
                 return "the arguments do not fit the tool's input schema"
@@ -125,6 +126,9 @@ class ArgumentValidator:
 
 
 def _compile(schema: object) -> Any:
+    # jsonschema loads with the first schema, not with the package (a third of its import).
+    import jsonschema  # type: ignore[import-untyped]
+
     if isinstance(schema, bool):
         return jsonschema.Draft202012Validator(schema)
     if not isinstance(schema, dict):
@@ -149,6 +153,8 @@ def _compile_fast(schema: object, draft: str) -> Any:
     says no (or cannot say, as for strings with lone surrogates), the Python validator decides
     and writes the sentence, so a refusal always comes with the same words.
     """
+    import jsonschema_rs
+
     validator_class = getattr(jsonschema_rs, draft, None)
     if validator_class is None:
         return None
