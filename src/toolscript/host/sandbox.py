@@ -249,11 +249,12 @@ async def prepare(
     shells_root: Path,
     mounts: list[Mount],
     network: bool,
+    cache: Path | None = None,
 ) -> Sandbox:
     """The sandbox for a runtime, after checking that one can be made here.
 
     Raises `SandboxError` with the reason when it cannot (not Linux, no bubblewrap, user
-    namespaces forbidden, ...).
+    namespaces forbidden, ...). `cache`: a file where a successful check is remembered.
     """
     if not sys.platform.startswith("linux"):
         raise SandboxError(f"the sandbox needs Linux (this is {sys.platform})")
@@ -277,7 +278,7 @@ async def prepare(
         python_paths=_merge(python_paths(python, env), python_paths(sys.executable, {})),
         privileged=privileged,
     )
-    await _try(sandbox)
+    await _try(sandbox, cache)
     if privileged:
         sandbox.cgroup = _make_cgroup()
     return sandbox
@@ -307,15 +308,57 @@ sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 _probed: dict[tuple[str, bool, bool], str | None] = {}
 
 
-async def _try(sandbox: Sandbox) -> None:
-    """Do, once per process, what each interpreter's confinement does, in a sandbox like
-    the runtime's: a machine that forbids any step is told apart here, at start."""
+async def _try(sandbox: Sandbox, cache: Path | None) -> None:
+    """Do what each interpreter's confinement does, in a sandbox like the runtime's: a
+    machine that forbids any step is told apart here, at start.
+
+    Once per process, and once per machine while nothing it depends on changes: a success
+    is remembered in `cache` (a file in the state directory), keyed by the bubblewrap binary,
+    the kernel's release, the user, and the confinement code. Only successes: a remembered
+    failure could leave a machine that can sandbox running without one. A stale success can
+    only make interpreters fail to start, which their runs then say.
+    """
     key = (sandbox.bwrap, sandbox.privileged, sandbox.network)
     if key not in _probed:
-        _probed[key] = await _probe(sandbox)
+        fingerprint = _fingerprint(sandbox)
+        if cache is not None and _remembered(cache) == fingerprint:
+            _probed[key] = None
+        else:
+            _probed[key] = await _probe(sandbox)
+            if _probed[key] is None and cache is not None:
+                _remember(cache, fingerprint)
     problem = _probed[key]
     if problem is not None:
         raise SandboxError(problem)
+
+
+def _fingerprint(sandbox: Sandbox) -> str:
+    parts: list[object] = [sandbox.bwrap, sandbox.privileged, sandbox.network, os.geteuid()]
+    parts.append(os.uname().release)
+    for path in (sandbox.bwrap, KERNEL_DIR / "confine.py", KERNEL_DIR / "init.py"):
+        try:
+            info = os.stat(path)
+            parts += [info.st_size, info.st_mtime_ns]
+        except OSError:
+            parts.append(None)
+    return repr(parts)
+
+
+def _remembered(cache: Path) -> str | None:
+    try:
+        return cache.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _remember(cache: Path, fingerprint: str) -> None:
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_name(f"{cache.name}.{os.getpid()}")
+        partial.write_text(fingerprint, encoding="utf-8")
+        partial.replace(cache)
+    except OSError:
+        pass  # remembered for this process only
 
 
 async def _probe(sandbox: Sandbox) -> str | None:
