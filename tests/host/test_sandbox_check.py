@@ -1,0 +1,68 @@
+"""The machine's sandbox check: remembered when it succeeds, never when it fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolscript.host import sandbox
+
+
+def a_sandbox(tmp_path: Path) -> sandbox.Sandbox:
+    return sandbox.Sandbox(
+        bwrap="/nonexistent/bwrap",
+        network=False,
+        shells_root=tmp_path,
+        mounts=[],
+        python_paths=[],
+        privileged=False,
+    )
+
+
+@pytest.fixture(autouse=True)
+def forget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "_probed", {})
+
+
+async def test_a_success_is_remembered_and_not_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks: list[str] = []
+
+    async def probe(_: sandbox.Sandbox) -> str | None:
+        checks.append("checked")
+        return None
+
+    monkeypatch.setattr(sandbox, "_probe", probe)
+    cache = tmp_path / "state" / "sandbox-check"
+    await sandbox._try(a_sandbox(tmp_path), cache)
+    assert checks == ["checked"] and cache.exists()
+    monkeypatch.setattr(sandbox, "_probed", {})  # another process
+    await sandbox._try(a_sandbox(tmp_path), cache)
+    assert checks == ["checked"]
+
+
+async def test_a_failure_is_not_remembered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def probe(_: sandbox.Sandbox) -> str | None:
+        return "user namespaces are forbidden here"
+
+    monkeypatch.setattr(sandbox, "_probe", probe)
+    cache = tmp_path / "sandbox-check"
+    with pytest.raises(sandbox.SandboxError, match="forbidden"):
+        await sandbox._try(a_sandbox(tmp_path), cache)
+    assert not cache.exists()
+
+
+async def test_a_remembered_success_of_another_machine_state_is_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "sandbox-check"
+    cache.write_text("['another kernel']")
+
+    async def probe(_: sandbox.Sandbox) -> str | None:
+        return "it cannot be made"
+
+    monkeypatch.setattr(sandbox, "_probe", probe)
+    with pytest.raises(sandbox.SandboxError):
+        await sandbox._try(a_sandbox(tmp_path), cache)
