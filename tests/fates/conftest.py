@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 from tests.conftest import sandbox_knobs
 
-from toolscript import Runtime, tool
-from toolscript.host.calls import CallRecord
+from toolscript import CallRecord, Runtime, tool
 from toolscript.tools.spec import ToolFailure
 
 GRACE = 0.5
