@@ -77,6 +77,7 @@ class Settings:
     workdir: str | Path | None = None
     """A host folder every shell works in, read-write; None: a private folder per shell."""
     _mounts: tuple[Mount, ...] = field(init=False, repr=False, compare=False)
+    # `mounts` checked and resolved once, when the settings are made (as the runtime did).
 
     def __post_init__(self) -> None:
         positive_seconds("default_time_limit", self.default_time_limit)
