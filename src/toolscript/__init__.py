@@ -14,9 +14,11 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
-from .host.calls import CallRecord, CallReport
-from .host.result import ScriptResult
-from .runtime import Runtime, RuntimeClosedError, Shell
+from .background import ScriptHandle
+from .config import Settings
+from .results import CallRecord, CallReport, ScriptResult
+from .runtime import Runtime, RuntimeClosedError
+from .shell import Shell
 from .tools.python import Tool, tool
 from .tools.spec import ToolAnnotations, ToolSpec
 
@@ -31,7 +33,9 @@ __all__ = [
     "CallReport",
     "Runtime",
     "RuntimeClosedError",
+    "ScriptHandle",
     "ScriptResult",
+    "Settings",
     "Shell",
     "Tool",
     "ToolAnnotations",

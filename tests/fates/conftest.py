@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import MakeRuntime
-from toolscript import Runtime, tool
-from toolscript.host.calls import CallRecord
+from toolscript import CallRecord, Runtime, tool
 from toolscript.tools.spec import ToolFailure
 
 WAIT = 10.0

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import FrozenInstanceError, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..kernel.brief import brief
@@ -36,147 +36,30 @@ _ANSWER_LISTED = frozenset(("late", "unread", "refused"))
 """The fates whose record shows the answer: the ones where code did not take it."""
 
 
+RecordRow = tuple[str, str, str, str, "str | None", "str | None", bool, float, "float | None", bool]
+"""One call's record, as a row in the order of `toolscript.CallRecord`'s fields: `id`, `tool`,
+`args_brief`, `fate`, `cause`, `answer_brief`, `is_error`, `made_at`, `answered_at`,
+`made_before_start`."""
+
+
 @dataclass(frozen=True, slots=True)
-class CallRecord:
-    """One tool call and its fate, as a script's result reports it."""
-
-    id: str
-    tool: str
-    args_brief: str
-    fate: str
-    cause: str | None
-    answer_brief: str | None
-    is_error: bool
-    made_at: float
-    answered_at: float | None
-    made_before_start: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "tool": self.tool,
-            "args_brief": self.args_brief,
-            "fate": self.fate,
-            "cause": self.cause,
-            "answer_brief": self.answer_brief,
-            "is_error": self.is_error,
-            "made_at": self.made_at,
-            "answered_at": self.answered_at,
-            "made_before_start": self.made_before_start,
-        }
-
-
-_Row = tuple[str, str, str, str, "str | None", "str | None", bool, float, "float | None", bool]
-"""A call record's fields, in `CallRecord`'s order: what the ledger keeps until they are read."""
-
-
-class CallReport:
-    """What became of the tool calls of one script.
+class SettledCalls:
+    """What became of the calls of one script, as plain data: `toolscript.CallReport` wraps it.
 
     `made` counts calls made while the script ran, `made_before_start` those taken over from
-    between scripts (made by tasks an earlier script left running). `by_fate` counts every
-    call by fate; `records` lists the first 1,000 one by one; `unlisted` counts the rest by
-    tool. Immutable, like the records it holds.
+    between scripts; `by_fate` counts every call by fate; `rows` holds the first
+    `MAX_RECORDS` calls; `unlisted` counts the rest by tool.
     """
 
-    # Goal: a call costs the host a few µs. What fails: a `CallRecord` made for every call
-    # as its fate is known (a frozen dataclass, about 2.3 µs each, 7% of the host's time
-    # through a `gather`), when most results are read for their counts and their calls
-    # that were not seen. What we do: the ledger hands over each record's fields as a
-    # tuple, and the records are made the first time `records` is read.
-    __slots__ = ("_records", "_rows", "by_fate", "made", "made_before_start", "unlisted")
+    made: int = 0
+    made_before_start: int = 0
+    by_fate: dict[str, int] = field(default_factory=dict)
+    rows: tuple[RecordRow, ...] = ()
+    unlisted: dict[str, int] = field(default_factory=dict)
 
-    made: int
-    made_before_start: int
-    by_fate: dict[str, int]
-    unlisted: dict[str, int]
-    _records: tuple[CallRecord, ...] | None  # None until made from `_rows`
-    _rows: tuple[_Row, ...]
 
-    def __init__(
-        self,
-        made: int = 0,
-        made_before_start: int = 0,
-        by_fate: dict[str, int] | None = None,
-        records: Iterable[CallRecord] = (),
-        unlisted: dict[str, int] | None = None,
-    ) -> None:
-        init = object.__setattr__
-        init(self, "made", made)
-        init(self, "made_before_start", made_before_start)
-        init(self, "by_fate", {} if by_fate is None else by_fate)
-        init(self, "unlisted", {} if unlisted is None else unlisted)
-        init(self, "_records", tuple(records))
-        init(self, "_rows", ())
-
-    @classmethod
-    def _of_rows(
-        cls,
-        made: int,
-        made_before_start: int,
-        by_fate: dict[str, int],
-        rows: list[_Row],
-        unlisted: dict[str, int],
-    ) -> CallReport:
-        report = cls(made, made_before_start, by_fate, (), unlisted)
-        object.__setattr__(report, "_records", None)
-        object.__setattr__(report, "_rows", tuple(rows))
-        return report
-
-    @property
-    def records(self) -> tuple[CallRecord, ...]:
-        """The first 1,000 calls, one record each, in the order their fates were known."""
-        records: tuple[CallRecord, ...] | None = self._records
-        if records is None:
-            records = tuple([CallRecord(*row) for row in self._rows])
-            object.__setattr__(self, "_records", records)
-            object.__setattr__(self, "_rows", ())
-        return records
-
-    @property
-    def not_seen(self) -> list[CallRecord]:
-        """The listed calls whose fate is not `seen`: the ones the agent must think about."""
-        if self._records is None:
-            return [CallRecord(*row) for row in self._rows if row[3] != "seen"]
-        return [record for record in self._records if record.fate != "seen"]
-
-    @property
-    def all_seen(self) -> bool:
-        return self.by_fate.get("seen", 0) == self.made + self.made_before_start
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "made": self.made,
-            "made_before_start": self.made_before_start,
-            "by_fate": dict(self.by_fate),
-            "records": [record.to_dict() for record in self.records],
-            "unlisted": dict(self.unlisted),
-        }
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not CallReport:
-            return NotImplemented
-        return (
-            self.made == other.made
-            and self.made_before_start == other.made_before_start
-            and self.by_fate == other.by_fate
-            and self.records == other.records
-            and self.unlisted == other.unlisted
-        )
-
-    __hash__ = None  # type: ignore[assignment]  # like the dataclass it was: it holds dicts
-
-    def __repr__(self) -> str:
-        return (
-            f"CallReport(made={self.made!r}, made_before_start={self.made_before_start!r}, "
-            f"by_fate={self.by_fate!r}, records={self.records!r}, unlisted={self.unlisted!r})"
-        )
+CallReport = SettledCalls
+"""The name `host.interpreter`'s `Outcome` knows it by."""
 
 
 class _Call:
@@ -227,7 +110,7 @@ class _Tally:
         self.made = 0
         self.made_before_start = 0
         self.by_fate: Counter[str] = Counter()
-        self.records: list[_Row] = []
+        self.records: list[RecordRow] = []
         self.unlisted: Counter[str] = Counter()
         self.open: dict[int, _Call] = {}
 
@@ -478,13 +361,13 @@ class CallLedger:
             )
         call.unwaited = (str(cause), arrived)
 
-    def settle(self, interpreter_gone: bool) -> CallReport:
+    def settle(self, interpreter_gone: bool) -> SettledCalls:
         """Close the running script's report: every call it made gets its fate now."""
         tally = self._tally or _Tally()
         if not tally.made and not tally.made_before_start and not tally.open:
             self._tally = None
             self._script = None
-            return CallReport()  # the common case of a script that called no tool
+            return SettledCalls()  # the common case of a script that called no tool
         fates: list[FateRow] = []
         for n, call in list(tally.open.items()):
             fate, cause = _fate(call, interpreter_gone)
@@ -498,8 +381,8 @@ class CallLedger:
         self._script = None
         order = {fate: i for i, fate in enumerate(FATES)}
         by_fate = dict(sorted(tally.by_fate.items(), key=lambda item: order[item[0]]))
-        return CallReport._of_rows(
-            tally.made, tally.made_before_start, by_fate, tally.records, dict(tally.unlisted)
+        return SettledCalls(
+            tally.made, tally.made_before_start, by_fate, tuple(tally.records), dict(tally.unlisted)
         )
 
     def _open_tally(self, n: int) -> _Tally | None:

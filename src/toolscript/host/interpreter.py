@@ -20,7 +20,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 from ..kernel import wire
 from ..kernel.descriptors import BROKEN_EXIT
@@ -214,6 +214,11 @@ class Interpreter:
     @property
     def busy(self) -> bool:
         return self._script is not None
+
+    def log_to(self, sink: BinaryIO, limit: int) -> None:
+        """Also write the script's stdout and stderr to `sink`, up to `limit` bytes of each."""
+        self._stdout.log_to(sink, limit)
+        self._stderr.log_to(sink, limit)
 
     def kernel_pid(self) -> int | None:
         """The kernel's pid as the host sees it. (A sandboxed kernel is its init's child.)"""

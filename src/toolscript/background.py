@@ -1,0 +1,204 @@
+"""Background scripts: `Shell.start` runs one in an interpreter of its own and returns a
+`ScriptHandle` at once.
+
+A background script does not share its shell's variables. Its output goes to a log file under
+the state directory, and its result carries the tail of each stream, the log's path and the
+same call report as a foreground run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .host.interpreter import Interpreter, InterpreterStartError
+from .host.pool import CapReached
+from .results import ScriptResult, result_from
+
+if TYPE_CHECKING:
+    from .shell import ShellServices
+
+__all__ = ["ScriptHandle"]
+
+_log = logging.getLogger(__name__)
+
+Refuse = Callable[[str, str, "float | None"], ScriptResult]
+"""Journal a script that never ran and make its result: `(script_id, reason, time_limit)`."""
+
+
+class ScriptHandle:
+    """A background script: ask its status, await its result, or cancel it.
+
+    `id` is its script id (in the journal too); `log_path` its log file once it started.
+    """
+
+    def __init__(
+        self, script_id: str, on_done: Callable[[ScriptResult], Any] | None, grace: float
+    ) -> None:
+        self.id = script_id
+        self._grace = grace
+        self.log_path: str | None = None
+        self._on_done = on_done
+        self._result: asyncio.Future[ScriptResult] = asyncio.get_running_loop().create_future()
+        self._task: asyncio.Task[None] | None = None
+        self._interpreter: Interpreter | None = None
+
+    def status(self) -> str:
+        """`"running"` until it ends, then its result's status."""
+        if not self._result.done():
+            return "running"
+        return self._result.result().status
+
+    def done(self) -> bool:
+        return self._result.done()
+
+    async def result(self) -> ScriptResult:
+        """Its result, once it has ended (waits until then)."""
+        return await asyncio.shield(self._result)
+
+    async def cancel(self, reason: str = "cancelled by the caller") -> ScriptResult:
+        """Stop it (interrupt, then a kill after the grace period) and return its result."""
+        if not self._result.done():
+            interpreter = self._interpreter
+            if interpreter is not None and interpreter.busy:
+                await interpreter.stop(reason, self._grace)
+            elif self._task is not None:
+                self._task.cancel()
+        return await self.result()
+
+    def _settle(self, result: ScriptResult) -> None:
+        if self._result.done():
+            return
+        self._result.set_result(result)
+        if self._on_done is not None:
+            asyncio.get_running_loop().call_soon(self._call_on_done, result)
+
+    def _call_on_done(self, result: ScriptResult) -> None:
+        assert self._on_done is not None
+        try:
+            outcome = self._on_done(result)
+            if asyncio.iscoroutine(outcome):
+                asyncio.get_running_loop().create_task(outcome)
+        except Exception:
+            _log.exception("toolscript: on_done of background script %s failed", self.id)
+
+
+class BackgroundScripts:
+    """The background scripts of one runtime that have not ended."""
+
+    def __init__(self) -> None:
+        self._handles: dict[str, ScriptHandle] = {}
+
+    def running(self) -> list[ScriptHandle]:
+        """The scripts still running."""
+        return [handle for handle in self._handles.values() if handle.status() == "running"]
+
+    async def cancel_all(self, reason: str) -> None:
+        """Stop every one (bounded by each one's grace period)."""
+        await asyncio.gather(
+            *(handle.cancel(reason) for handle in self._handles.values()),
+            return_exceptions=True,
+        )
+
+    def start(
+        self,
+        code: str,
+        limit: float,
+        *,
+        shell: str,
+        time_limit: float | None,
+        problem: str | None,
+        on_done: Callable[[ScriptResult], Any] | None,
+        services: ShellServices,
+        refuse: Refuse,
+    ) -> ScriptHandle:
+        """Start `code` for `shell`, or refuse it (the handle is done at once): for `problem`
+        with the request, or because `max_background` scripts are running."""
+        settings = services.settings
+        script_id = f"{shell}:bg-{secrets.token_hex(5)}"
+        handle = ScriptHandle(script_id, on_done, settings.grace)
+        running = len(self.running())
+        if problem is None and running >= settings.max_background:
+            problem = (
+                f"{running} background scripts are running, the most this runtime allows "
+                f"(max_background={settings.max_background}); wait for one to end, or cancel one"
+            )
+        if problem is not None:
+            handle._settle(refuse(script_id, problem, time_limit))
+            return handle
+        self._handles[script_id] = handle
+        handle._task = asyncio.get_running_loop().create_task(
+            self._run(handle, code, limit, shell, services, refuse)
+        )
+        return handle
+
+    async def _run(
+        self,
+        handle: ScriptHandle,
+        code: str,
+        limit: float,
+        shell: str,
+        services: ShellServices,
+        refuse: Refuse,
+    ) -> None:
+        settings, pool, journal = services.settings, services.pool, services.journal
+        script_id = handle.id
+        result: ScriptResult | None = None
+        interpreter: Interpreter | None = None
+        log = None
+        try:
+            try:
+                interpreter = await pool.acquire()
+                await interpreter.adopt(shell, 1, services.folder(shell))
+            except (CapReached, InterpreterStartError) as error:
+                if interpreter is not None:
+                    await interpreter.kill()
+                    await pool.release()
+                    interpreter = None
+                result = refuse(script_id, f"no interpreter could be had: {error.reason}", limit)
+                return
+            handle._interpreter = interpreter
+            services.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = services.log_dir / f"{script_id.replace(':', '_').replace('/', '_')}.log"
+            log = open(log_path, "wb")  # noqa: SIM115 - closed in finally
+            handle.log_path = str(log_path)
+            interpreter.log_to(log, settings.log_limit)
+            services.check_open()
+            journal.begin_script(script_id, shell, 1, code, time.time())
+            started = time.monotonic()
+            outcome = await interpreter.execute(script_id, code, limit, settings.grace)
+            result = result_from(
+                outcome,
+                settings,
+                limit,
+                services.unconfined_words(interpreter),
+                generation=interpreter.generation,
+                script_id=script_id,
+                shell=shell,
+                duration=time.monotonic() - started,
+                log_path=str(log_path),
+            )
+            journal.end_script(script_id, result.status, time.time())
+        finally:
+            if interpreter is not None:
+                await asyncio.shield(interpreter.close())
+                await pool.release()
+            if log is not None:
+                log.close()
+            self._handles.pop(script_id, None)
+            handle._settle(
+                result
+                if result is not None
+                else ScriptResult(
+                    status="cancelled",
+                    note="The background script was abandoned while it started.",
+                    script_id=script_id,
+                    shell=shell,
+                    time_limit=limit,
+                    text_limit=settings.text_limit,
+                )
+            )

@@ -1,0 +1,538 @@
+"""What a run tells its caller: `ScriptResult`, its `CallReport` of `CallRecord`s, and the
+words of its note.
+
+One concept, though over 500 lines: everything a script's caller (and the model) reads of a
+run is written here, so the fields, the text that puts the decisive facts first
+(docs/design.md#how-a-script-can-end) and the sentences that explain a stop, a crash or a
+fresh interpreter cannot drift apart. The host hands over plain data (an `Outcome` and its
+`SettledCalls`); this module turns it into words.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import FrozenInstanceError, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .host.calls import RecordRow, SettledCalls
+from .host.interpreter import Outcome
+from .host.journal import JournalCall
+from .host.output import cut_middle
+
+if TYPE_CHECKING:
+    from .config import Settings
+
+__all__ = ["CallRecord", "CallReport", "ScriptResult"]
+
+STATUSES = ("ok", "error", "time_limit", "cancelled", "crashed", "refused")
+
+TEXT_LIMIT = 20_000
+"""The default cap, in characters, on `ScriptResult.text`."""
+
+MAX_NAMED_CALLS = 10
+
+_CAUSE_WORDS = {
+    "timeout": "its own timeout passed",
+    "cancelled": "the script cancelled it",
+    "stopped": "the script was stopped",
+    "interpreter_gone": "the interpreter was gone",
+    "tool_timeout": "the host gave up at the tool's timeout",
+    "source_gone": "the tool's server stopped",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One tool call and its fate, as a script's result reports it."""
+
+    id: str
+    tool: str
+    args_brief: str
+    fate: str
+    cause: str | None
+    answer_brief: str | None
+    is_error: bool
+    made_at: float
+    answered_at: float | None
+    made_before_start: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "tool": self.tool,
+            "args_brief": self.args_brief,
+            "fate": self.fate,
+            "cause": self.cause,
+            "answer_brief": self.answer_brief,
+            "is_error": self.is_error,
+            "made_at": self.made_at,
+            "answered_at": self.answered_at,
+            "made_before_start": self.made_before_start,
+        }
+
+
+class CallReport:
+    """What became of the tool calls of one script.
+
+    `made` counts calls made while the script ran, `made_before_start` those taken over from
+    between scripts (made by tasks an earlier script left running). `by_fate` counts every
+    call by fate; `records` lists the first 1,000 one by one; `unlisted` counts the rest by
+    tool. Immutable, like the records it holds.
+    """
+
+    # Goal: a tool call costs the host little. What fails: a `CallRecord` made for every call
+    # as its fate is known, when most results are read only for their counts and their calls
+    # that were not seen. What we do: the ledger hands over each record's fields as a row
+    # (`RecordRow`), and the records are made the first time `records` is read.
+    __slots__ = ("_records", "_rows", "by_fate", "made", "made_before_start", "unlisted")
+
+    made: int
+    made_before_start: int
+    by_fate: dict[str, int]
+    unlisted: dict[str, int]
+    _records: tuple[CallRecord, ...] | None  # None until made from `_rows`
+    _rows: tuple[RecordRow, ...]
+
+    def __init__(
+        self,
+        made: int = 0,
+        made_before_start: int = 0,
+        by_fate: dict[str, int] | None = None,
+        records: Iterable[CallRecord] = (),
+        unlisted: dict[str, int] | None = None,
+    ) -> None:
+        init = object.__setattr__
+        init(self, "made", made)
+        init(self, "made_before_start", made_before_start)
+        init(self, "by_fate", {} if by_fate is None else by_fate)
+        init(self, "unlisted", {} if unlisted is None else unlisted)
+        init(self, "_records", tuple(records))
+        init(self, "_rows", ())
+
+    @classmethod
+    def _of_rows(
+        cls,
+        made: int,
+        made_before_start: int,
+        by_fate: dict[str, int],
+        rows: Iterable[RecordRow],
+        unlisted: dict[str, int],
+    ) -> CallReport:
+        report = cls(made, made_before_start, by_fate, (), unlisted)
+        object.__setattr__(report, "_records", None)
+        object.__setattr__(report, "_rows", tuple(rows))
+        return report
+
+    @classmethod
+    def _of_settled(cls, settled: SettledCalls) -> CallReport:
+        """The report of the calls the host's ledger settled for one script."""
+        return cls._of_rows(
+            settled.made,
+            settled.made_before_start,
+            settled.by_fate,
+            settled.rows,
+            settled.unlisted,
+        )
+
+    @property
+    def records(self) -> tuple[CallRecord, ...]:
+        """The first 1,000 calls, one record each, in the order their fates were known."""
+        records: tuple[CallRecord, ...] | None = self._records
+        if records is None:
+            records = tuple([CallRecord(*row) for row in self._rows])
+            object.__setattr__(self, "_records", records)
+            object.__setattr__(self, "_rows", ())
+        return records
+
+    @property
+    def not_seen(self) -> list[CallRecord]:
+        """The listed calls whose fate is not `seen`: the ones the agent must think about."""
+        if self._records is None:
+            return [CallRecord(*row) for row in self._rows if row[3] != "seen"]
+        return [record for record in self._records if record.fate != "seen"]
+
+    @property
+    def all_seen(self) -> bool:
+        return self.by_fate.get("seen", 0) == self.made + self.made_before_start
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "made": self.made,
+            "made_before_start": self.made_before_start,
+            "by_fate": dict(self.by_fate),
+            "records": [record.to_dict() for record in self.records],
+            "unlisted": dict(self.unlisted),
+        }
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not CallReport:
+            return NotImplemented
+        return (
+            self.made == other.made
+            and self.made_before_start == other.made_before_start
+            and self.by_fate == other.by_fate
+            and self.records == other.records
+            and self.unlisted == other.unlisted
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # like the dataclass it was: it holds dicts
+
+    def __repr__(self) -> str:
+        return (
+            f"CallReport(made={self.made!r}, made_before_start={self.made_before_start!r}, "
+            f"by_fate={self.by_fate!r}, records={self.records!r}, unlisted={self.unlisted!r})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptResult:
+    """How one script ended, what it printed, and what became of every tool call it made."""
+
+    status: str
+    stdout: str = ""
+    stderr: str = ""
+    value: str | None = None
+    error: str | None = None
+    note: str = ""
+    calls: CallReport = field(default_factory=CallReport)
+    generation: int = 0
+    script_id: str = ""
+    shell: str = ""
+    time_limit: float | None = None
+    duration: float = 0.0
+    log_path: str | None = None
+    text_limit: int = TEXT_LIMIT
+
+    @property
+    def exit_code(self) -> int:
+        """0 when the script finished without error, 1 otherwise."""
+        return 0 if self.status == "ok" else 1
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def text(self) -> str:
+        """What the model reads: decisive facts first, output cut to fit `text_limit`."""
+        return render_text(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The same facts, structured and JSON-safe."""
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "note": self.note,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "value": self.value,
+            "error": self.error,
+            "calls": self.calls.to_dict(),
+            "generation": self.generation,
+            "script_id": self.script_id,
+            "shell": self.shell,
+            "time_limit": self.time_limit,
+            "duration": self.duration,
+            "log_path": self.log_path,
+        }
+
+
+def render_text(result: ScriptResult) -> str:
+    parts = [f"exit {result.exit_code} · {result.status}"]
+    if result.note:
+        parts.append(result.note)
+    call_lines = render_calls(result.calls, result.status)
+    if call_lines:
+        parts.append(call_lines)
+    head = "\n".join(parts)
+    room = max(result.text_limit - len(head), 2_000)
+    sections: list[tuple[str, str]] = []
+    if result.error:
+        sections.append(("error", result.error.rstrip("\n")))
+    if result.stderr:
+        sections.append(("stderr", result.stderr.rstrip("\n")))
+    if result.stdout:
+        sections.append(("stdout", result.stdout.rstrip("\n")))
+    if result.value is not None:
+        sections.append(("value", result.value))
+    shares = _share(room, [len(body) for _, body in sections])
+    for (title, body), share in zip(sections, shares, strict=True):
+        parts.append(f"{title}:\n{cut_middle(body, share)}")
+    return "\n\n".join(parts) + "\n"
+
+
+def _share(room: int, sizes: list[int]) -> list[int]:
+    """Split `room` among sections: short ones whole, the rest evenly."""
+    shares = [0] * len(sizes)
+    left = room - 20 * len(sizes)
+    pending = sorted(range(len(sizes)), key=lambda i: sizes[i])
+    while pending:
+        fair = max(left // len(pending), 200)
+        i = pending.pop(0)
+        shares[i] = min(sizes[i], fair)
+        left -= shares[i]
+    return shares
+
+
+def render_calls(report: CallReport, status: str) -> str:
+    """The call lines: counts first, then up to ten calls whose fate is not `seen`."""
+    total = report.made + report.made_before_start
+    if total == 0:
+        return ""
+    if status == "ok" and report.all_seen:
+        return ""
+    fates = ", ".join(f"{count} {fate}" for fate, count in report.by_fate.items())
+    line = f"calls: {report.made} made"
+    if report.made_before_start:
+        line += f", {report.made_before_start} made before this script started"
+    line += f" ({fates})"
+    lines = [line]
+    not_seen = report.not_seen
+    for record in not_seen[:MAX_NAMED_CALLS]:
+        lines.append(f"- {describe_call(record)}")
+    rest = Counter(record.tool for record in not_seen[MAX_NAMED_CALLS:])
+    rest.update(report.unlisted)
+    if rest:
+        counted = ", ".join(f"{tool} ×{count}" for tool, count in rest.most_common())
+        lines.append(f"- and more, not named here: {counted}")
+    return "\n".join(lines)
+
+
+def describe_call(record: CallRecord) -> str:
+    """One call in plain words: the tool, its arguments, its fate and what that means."""
+    call = f"{record.tool}({record.args_brief})"
+    cause = _CAUSE_WORDS.get(record.cause or "", "")
+    if record.fate == "seen":
+        return f"{call}: answered and seen"
+    if record.fate == "refused":
+        return f"{call}: refused before it was sent, so it did not happen ({record.answer_brief})"
+    if record.fate == "pending":
+        if record.cause == "tool_timeout":
+            why = "the host gave up waiting at the tool's timeout"
+        elif record.cause == "source_gone":
+            why = "the tool's server stopped while the call was in flight"
+        elif record.cause == "interpreter_gone":
+            why = "the interpreter died before an answer came"
+        elif cause:
+            why = f"no answer had come when {cause}"
+        else:
+            why = "no answer had come when the script ended"
+        return f"{call}: pending: {why}, so it may still take effect"
+    answer = _answer_words(record)
+    if record.fate == "late" and record.cause == "interpreter_gone":
+        return (
+            f"{call}: late: answered, but the interpreter died before it could say whether "
+            f"the script received the answer; it happened{answer}"
+        )
+    if record.fate == "late":
+        return f"{call}: late: answered after {cause or 'the script stopped waiting'}; it happened, the script never saw it{answer}"
+    if record.fate == "unread":
+        why = f" ({cause})" if cause else ""
+        return f"{call}: unread: answered, but no code took the answer{why}; it happened{answer}"
+    return f"{call}: {record.fate}"
+
+
+def _answer_words(record: CallRecord) -> str:
+    if record.answer_brief is None:
+        return ""
+    kind = "an error" if record.is_error else "the answer"
+    return f"; {kind} began: {record.answer_brief}"
+
+
+def result_from(
+    outcome: Outcome,
+    settings: Settings,
+    limit: float,
+    notes: list[str],
+    *,
+    generation: int,
+    script_id: str,
+    shell: str,
+    duration: float,
+    log_path: str | None = None,
+) -> ScriptResult:
+    """The result of a script that ran: its status, and a note that says what the caller
+    must know of how it ended (after `notes`, the runner's own)."""
+    report = outcome.report
+    ending = outcome.ending
+    value = report.get("value") if isinstance(report.get("value"), str) else None
+    error = report.get("error") if isinstance(report.get("error"), str) else None
+    words: list[str] = []
+    if ending == "ok":
+        status = "ok"
+    elif ending == "error":
+        status = "error"
+        if report.get("memory"):
+            status = "crashed"
+            words.append(
+                "The interpreter ran out of memory (MemoryError under the address-space limit "
+                f"of {_size(settings.limits.get('address_space'))}). It was replaced: its state "
+                "is gone. Look for large lists, strings or data frames built in memory."
+            )
+    elif ending == "stopped" and report.get("threads_left"):
+        status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
+        words.append(
+            _stop_words(outcome.stop_reason, limit, settings, killed=False).split(" It")[0]
+        )
+        words.append(
+            f"{report['threads_left']} thread(s) the script started were still running after "
+            "the stop, and a thread cannot be stopped from outside, so the interpreter was "
+            "replaced. Its state is gone: variables, imports and tasks; the next run starts a "
+            "fresh interpreter."
+        )
+    elif ending == "stopped":
+        status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
+        words.append(_stop_words(outcome.stop_reason, limit, settings, killed=False))
+    elif ending == "killed":
+        status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
+        words.append(_stop_words(outcome.stop_reason, limit, settings, killed=True))
+    elif ending == "broken":
+        status = "crashed"
+        broken = report.get("broken")
+        if outcome.never_started:
+            words.append(
+                "Nothing of this script ran: the interpreter's own descriptors were found closed "
+                f"or replaced before it began ({broken}), by something an earlier script left "
+                "running. It was replaced: its variables, imports and tasks are gone, and the "
+                "next run starts a fresh interpreter."
+            )
+        else:
+            words.append(
+                f"The interpreter's own descriptors were closed or replaced ({broken}), most "
+                "likely by the script (os.close, os.closerange or os.dup2 over a number it did "
+                "not open), so it could not go on and was replaced: its variables, imports and "
+                "tasks are gone, and the next run starts a fresh interpreter. Close or overwrite "
+                "only the descriptors the script opened itself."
+            )
+    elif ending == "fault":
+        status = "crashed"
+        words.append(
+            f"The script broke the protocol between its interpreter and the host: "
+            f"{outcome.fault}. Script code must not write to the interpreter's private channel. "
+            "The interpreter was killed: its state is gone, and the next run starts a fresh "
+            "interpreter."
+        )
+    else:
+        status = "crashed"
+        words.append(_crash_words(outcome.exit_description))
+    exit_value = report.get("exit")
+    if ending == "ok" and exit_value == 0 and "error" not in report:
+        words.append("The script called sys.exit(0); it ended as ok and the interpreter stays.")
+    never = report.get("never_awaited")
+    if isinstance(never, list) and never:
+        names = ", ".join(sorted({str(name) for name in never}))
+        words.append(
+            f"{len(never)} tool call(s) were created but never awaited, so they did not run: "
+            f"{names}. Use `await` on each call."
+        )
+    return ScriptResult(
+        status=status,
+        stdout=outcome.stdout.text,
+        stderr=outcome.stderr.text,
+        value=value,
+        error=error,
+        note="\n".join(notes + words),
+        calls=CallReport._of_settled(outcome.calls),
+        time_limit=limit,
+        text_limit=settings.text_limit,
+        generation=generation,
+        script_id=script_id,
+        shell=shell,
+        duration=duration,
+        log_path=log_path,
+    )
+
+
+def _stop_words(reason: str | None, limit: float, settings: Settings, *, killed: bool) -> str:
+    if reason == "time_limit":
+        first = f"Stopped at the time limit of {limit:g} s."
+        more = (
+            f" To allow more time, run again with a larger time_limit (at most "
+            f"{settings.max_time_limit:g} s), or split the work."
+        )
+    else:
+        first = f"Cancelled by the caller ({reason or 'cancelled'})."
+        more = ""
+    if killed:
+        return (
+            f"{first} It did not stop within {settings.grace:g} s of the interrupt, so the "
+            "interpreter was killed: its variables, imports and tasks are gone, and the next "
+            f"run starts a fresh interpreter.{more}"
+        )
+    return (
+        f"{first} It was interrupted and stopped within the grace period; the interpreter "
+        f"and its variables are kept.{more}"
+    )
+
+
+def _crash_words(exit_description: str | None) -> str:
+    what = exit_description or "exit status unknown"
+    if "SIGSEGV" in what or "SIGBUS" in what:
+        cause = "a crash in C code: an extension module, ctypes, or a corrupted object"
+        look = "native calls (ctypes, C extensions) near the end of the script"
+    elif "SIGABRT" in what:
+        cause = "os.abort(), or a fatal error or failed assertion inside C code"
+        look = "the end of stderr for a fatal error message"
+    elif "SIGKILL" in what:
+        cause = "it was killed from outside: often the system's out-of-memory killer"
+        look = "memory use: large data built in memory, or many processes"
+    elif "SIGXCPU" in what:
+        cause = "it used up its CPU-time limit"
+        look = "long computations; raise the cpu_time limit if this is expected"
+    elif "SIGXFSZ" in what:
+        cause = "it wrote a file over the file-size limit"
+        look = "large files written by the script"
+    elif what.startswith("exit code"):
+        cause = "the process ended itself: os._exit(), or a fatal error in the interpreter"
+        look = "os._exit calls, and the end of stderr"
+    else:
+        cause = "it was ended by a signal"
+        look = "the end of stderr"
+    return (
+        f"The interpreter died ({what}). Likely cause: {cause}. What to look for: {look}. "
+        "Its state is gone: the next run starts a fresh interpreter."
+    )
+
+
+def reset_words(outcome: Outcome, status: str) -> str:
+    """Why the interpreter that ran `outcome` was replaced, for the next run's note."""
+    if outcome.report.get("threads_left"):
+        return "a thread the previous script started was still running after its stop"
+    if outcome.ending == "killed":
+        return "the previous one was killed because it did not stop after the interrupt"
+    if outcome.ending == "fault":
+        return f"the previous one was killed because a script broke the protocol ({outcome.fault})"
+    if outcome.ending == "broken":
+        return broken_reset_words(str(outcome.report.get("broken")))
+    if outcome.report.get("memory"):
+        return "the previous one ran out of memory"
+    return f"the previous one died ({outcome.exit_description or 'exit status unknown'})"
+
+
+def broken_reset_words(broken: str) -> str:
+    """Why an interpreter whose own descriptors were closed or replaced was replaced."""
+    return f"a script closed or replaced the previous one's own descriptors ({broken})"
+
+
+def uncertain_words(calls: list[JournalCall]) -> str:
+    """The note on calls a gone host left in flight, told once to the shell that made them."""
+    shown = "; ".join(f"{call.tool}({call.args_brief})" for call in calls[:10])
+    more = f"; and {len(calls) - 10} more" if len(calls) > 10 else ""
+    return (
+        f"{len(calls)} tool call(s) made by this shell before the host restarted have an "
+        f"unknown outcome (they were in flight when the host stopped, so they may or may not "
+        f"have taken effect): {shown}{more}."
+    )
+
+
+def _size(value: int | None) -> str:
+    if value is None:
+        return "none"
+    return f"{value / 1024**3:g} GiB" if value >= 1024**3 else f"{value / 1024**2:g} MiB"

@@ -1,0 +1,361 @@
+"""`Shell`: one persistent namespace whose scripts run one at a time in its own interpreter.
+
+The interpreter is replaced, with a note in the next result, when it dies or is killed; a
+shell idle past `idle_timeout` gives its interpreter back. What a shell uses of its runtime
+is `ShellServices`, so it never reaches into the runtime's own state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .background import BackgroundScripts, ScriptHandle
+from .config import Settings, positive_seconds
+from .host.catalogue import ToolCatalogue
+from .host.interpreter import (
+    OUTPUT_END_WAIT,
+    SHUTDOWN_WAIT,
+    Interpreter,
+    InterpreterStartError,
+    Outcome,
+)
+from .host.journal import Journal
+from .host.pool import CapReached, InterpreterPool
+from .results import (
+    ScriptResult,
+    broken_reset_words,
+    reset_words,
+    result_from,
+    uncertain_words,
+)
+
+__all__ = ["Shell", "ShellServices"]
+
+
+@dataclass(frozen=True, slots=True)
+class ShellServices:
+    """What a shell uses of the runtime that owns it."""
+
+    settings: Settings
+    """The runtime's knobs."""
+    pool: InterpreterPool
+    """Where the shell's interpreters come from, and where they go back."""
+    journal: Journal
+    """The journal, unchecked: a run that `aclose()` stopped still ends in it."""
+    background: BackgroundScripts
+    """The runtime's background scripts."""
+    log_dir: Path
+    """The folder background scripts log to."""
+    catalogue: Callable[[], ToolCatalogue]
+    """The tool catalogue as it is now (an MCP server's tools may change)."""
+    folder: Callable[[str], Path]
+    """The working folder of the shell of that name, made if need be."""
+    unconfined_words: Callable[[Interpreter], list[str]]
+    """Once per interpreter that runs without a sandbox: the note that says so."""
+    check_open: Callable[[], None]
+    """Raise `RuntimeClosedError` unless the runtime is started and not closed."""
+    is_closed: Callable[[], bool]
+    """Whether the runtime was closed."""
+
+
+class Shell:
+    """A persistent namespace whose scripts run one at a time in its own interpreter."""
+
+    def __init__(self, name: str, services: ShellServices) -> None:
+        self.name = name
+        self._services = services
+        self.generation = 0
+        self._interpreter: Interpreter | None = None
+        self._running: str | None = None
+        self._ended: asyncio.Event | None = None
+        self._reset_reason: str | None = None
+        self._told_uncertain = False
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._last_ended = 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self._running is not None
+
+    async def start(
+        self,
+        code: str,
+        *,
+        time_limit: float | None = None,
+        on_done: Callable[[ScriptResult], Any] | None = None,
+    ) -> ScriptHandle:
+        """Start `code` in the background, in an interpreter of its own; returns at once.
+
+        The shell's foreground runs go on beside it (a background script does not share the
+        shell's variables). Its output goes to a log file under the state directory, and its
+        result carries the tail of each stream, the log's path and the same call report as a
+        foreground run. `on_done(result)` is called once when it ends, however it ends. One
+        over the runtime's `max_background` is refused (the handle is done at once).
+        """
+        services = self._services
+        services.check_open()
+        limit, problem = self._check_request(code, time_limit)
+        return services.background.start(
+            code,
+            limit,
+            shell=self.name,
+            time_limit=time_limit,
+            problem=problem,
+            on_done=on_done,
+            services=services,
+            refuse=self._refused,
+        )
+
+    def _check_request(self, code: object, time_limit: float | None) -> tuple[float, str | None]:
+        settings = self._services.settings
+        limit = settings.default_time_limit if time_limit is None else time_limit
+        if not isinstance(code, str):
+            return limit, "code must be a string of Python source"
+        try:
+            positive_seconds("time_limit", limit)
+        except ValueError as error:
+            return limit, str(error)
+        if limit > settings.max_time_limit:
+            return limit, (
+                f"time_limit {limit:g} s is over this runtime's maximum of "
+                f"{settings.max_time_limit:g} s"
+            )
+        return float(limit), None
+
+    async def run(self, code: str, *, time_limit: float | None = None) -> ScriptResult:
+        """Run one script and return its result, whatever happens to it.
+
+        Cancelling the awaiting task stops the script (interrupt, then a kill after the grace
+        period); the script's end is still journaled.
+        """
+        self._services.check_open()
+        script_id = f"{self.name}:{secrets.token_hex(5)}"
+        limit, problem = self._check_request(code, time_limit)
+        if problem is None and self._running is not None:
+            problem = (
+                f"this shell is already running script {self._running}; wait for it to end, "
+                "or run this in another shell"
+            )
+        if problem is not None:
+            return self._refused(script_id, problem, time_limit)
+        self._running = script_id
+        self._ended = asyncio.Event()
+        try:
+            return await self._run(script_id, code, limit)
+        finally:
+            self._running = None
+            self._ended.set()
+            self._arm_idle_timer()
+
+    def _arm_idle_timer(self) -> None:
+        # One timer per shell, not one per run: a run only notes when it ended, and the timer,
+        # when it fires early, sets itself again for the rest of the idle time.
+        loop = asyncio.get_running_loop()
+        self._last_ended = loop.time()
+        idle = self._services.settings.idle_timeout
+        if (
+            idle is not None
+            and self._idle_timer is None
+            and self._interpreter is not None
+            and not self._services.is_closed()
+        ):
+            self._idle_timer = loop.call_later(idle, self._reclaim)
+
+    def _reclaim(self) -> None:
+        """The shell was idle past `idle_timeout`: its interpreter goes, its state with it."""
+        self._idle_timer = None
+        interpreter = self._interpreter
+        if interpreter is None:
+            return
+        loop = asyncio.get_running_loop()
+        idle = self._services.settings.idle_timeout or 0
+        left = self._last_ended + idle - loop.time()
+        if self._running is not None or left > 0:
+            self._idle_timer = loop.call_later(max(left, idle / 10), self._reclaim)
+            return
+        self._interpreter = None
+        self._reset_reason = f"the shell was idle for {idle:g} s, so its interpreter was reclaimed"
+        asyncio.get_running_loop().create_task(
+            self._drop(interpreter, close=True, abandon_calls=False)
+        )
+
+    async def _drop(
+        self, interpreter: Interpreter, *, close: bool, abandon_calls: bool = True
+    ) -> None:
+        """An interpreter this shell held is gone or going: end it and free its place."""
+        try:
+            if close:
+                await interpreter.close(abandon_calls=abandon_calls)
+            else:
+                await interpreter.kill()
+        finally:
+            await self._services.pool.release()
+
+    async def _run(self, script_id: str, code: str, limit: float) -> ScriptResult:
+        services = self._services
+        services.check_open()
+        journal = services.journal
+        notes: list[str] = []
+        notes.extend(self._uncertain_notes())
+        try:
+            interpreter, reset_note = await self._interpreter_for_run()
+        except InterpreterStartError as error:
+            return self._refused(
+                script_id, f"the interpreter could not start: {error.reason}", limit
+            )
+        except CapReached as error:
+            return self._refused(script_id, error.reason, limit)
+        fresh = interpreter.runs == 0
+        if reset_note:
+            notes.append(reset_note)
+        notes.extend(services.unconfined_words(interpreter))
+        for key, why in interpreter.bind_failures:
+            notes.append(f"The tool {key} could not be bound and is missing: {why}")
+        journal.begin_script(script_id, self.name, interpreter.generation, code, time.time())
+        started = time.monotonic()
+        try:
+            outcome = await interpreter.execute(script_id, code, limit, services.settings.grace)
+        except asyncio.CancelledError:
+            if interpreter.last_outcome is not None:
+                self._conclude(
+                    script_id, interpreter, interpreter.last_outcome, limit, started, notes
+                )
+            if self._interpreter is not interpreter:
+                await asyncio.shield(self._drop(interpreter, close=False))
+            raise
+        if outcome.never_started and not fresh:
+            # The interpreter died between two scripts, before this one began: nothing ran,
+            # so it runs once more, in a fresh interpreter, with the reason in the note.
+            journal.end_script(script_id, "refused", time.time())
+            self._interpreter = None
+            self._reset_reason = reset_words(outcome, "crashed") + " between two scripts"
+            await self._drop(interpreter, close=False)
+            return await self._run(script_id + "r", code, limit)
+        result = self._conclude(script_id, interpreter, outcome, limit, started, notes)
+        if self._interpreter is not interpreter:
+            # Replaced (killed, crashed, out of memory): end it if it still lives, free its place.
+            await self._drop(interpreter, close=False)
+        return result
+
+    def _conclude(
+        self,
+        script_id: str,
+        interpreter: Interpreter,
+        outcome: Outcome,
+        limit: float,
+        started: float,
+        notes: list[str],
+    ) -> ScriptResult:
+        result = result_from(
+            outcome,
+            self._services.settings,
+            limit,
+            notes,
+            generation=interpreter.generation,
+            script_id=script_id,
+            shell=self.name,
+            duration=time.monotonic() - started,
+        )
+        if (
+            outcome.ending in ("killed", "crashed", "fault")
+            or result.status == "crashed"
+            or outcome.report.get("threads_left")
+        ):
+            self._interpreter = None
+            self._reset_reason = reset_words(outcome, result.status)
+        # Not checked open: a run stopped by aclose() ends in the journal all the same.
+        self._services.journal.end_script(script_id, result.status, time.time())
+        return result
+
+    async def _interpreter_for_run(self) -> tuple[Interpreter, str | None]:
+        interpreter = self._interpreter
+        if interpreter is not None and interpreter.alive:
+            catalogue = self._services.catalogue()
+            if interpreter.catalogue is not catalogue:
+                try:
+                    await interpreter.rebind(catalogue)  # an MCP server's tools changed
+                except InterpreterStartError:
+                    self._interpreter = None
+                    await self._drop(interpreter, close=False)
+                    raise
+            return interpreter, None
+        note = None
+        if interpreter is not None:
+            self._reset_reason = self._reset_reason or (
+                broken_reset_words(interpreter.broken)
+                if interpreter.broken is not None
+                else f"the previous one was killed because a script broke the protocol "
+                f"({interpreter.fault})"
+                if interpreter.fault is not None
+                else "the previous interpreter ended (it exited)"
+            )
+            self._interpreter = None
+            await self._drop(interpreter, close=False)
+        if self._reset_reason is not None:
+            note = (
+                f"This run started a fresh interpreter: {self._reset_reason}. Variables, "
+                "imports and tasks from earlier runs are gone."
+            )
+        interpreter = await self._services.pool.acquire()
+        try:
+            folder = self._services.folder(self.name)
+            await interpreter.adopt(self.name, self.generation + 1, folder)
+        except BaseException:
+            await self._drop(interpreter, close=False)
+            raise
+        self.generation += 1
+        self._interpreter = interpreter
+        self._reset_reason = None
+        return interpreter, note
+
+    def _uncertain_notes(self) -> list[str]:
+        if self._told_uncertain:
+            return []
+        self._told_uncertain = True
+        journal = self._services.journal
+        calls = journal.untold_uncertain(self.name)
+        if not calls:
+            return []
+        journal.mark_told(call.call_id for call in calls)
+        return [uncertain_words(calls)]
+
+    def _refused(self, script_id: str, reason: str, time_limit: float | None) -> ScriptResult:
+        self._services.check_open()
+        journal = self._services.journal
+        journal.begin_script(script_id, self.name, self.generation, "", time.time())
+        journal.end_script(script_id, "refused", time.time())
+        return ScriptResult(
+            status="refused",
+            note=f"Nothing ran: {reason}.",
+            generation=self.generation,
+            script_id=script_id,
+            shell=self.name,
+            time_limit=time_limit,
+            text_limit=self._services.settings.text_limit,
+        )
+
+    async def close(self) -> None:
+        """Stop this shell's interpreter (bounded). The shell can run again afterwards.
+
+        A script still running is stopped first (interrupt, then a kill after the grace
+        period), so its run returns as cancelled and is journaled before the journal closes.
+        """
+        interpreter = self._interpreter
+        if interpreter is not None and self._running is not None:
+            await interpreter.stop("the runtime was closed", self._services.settings.grace)
+            if self._ended is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._ended.wait(), OUTPUT_END_WAIT + SHUTDOWN_WAIT)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        interpreter, self._interpreter = self._interpreter, None
+        if interpreter is not None:
+            await self._drop(interpreter, close=True)
