@@ -253,6 +253,7 @@ class Runtime:
                 self._workdir,
                 mounts,
                 self.network,
+                cache=(self.state_dir or state_dir()) / "sandbox-check",
             )
         except SandboxError as error:
             if self.sandbox_mode == "required":
