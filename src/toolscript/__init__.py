@@ -11,22 +11,34 @@ The public API::
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _version
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from .background import ScriptHandle
-from .config import Settings
-from .results import CallRecord, CallReport, ScriptResult
-from .runtime import Runtime, RuntimeClosedError
-from .shell import Shell
-from .tools.python import Tool, tool
-from .tools.spec import ToolAnnotations, ToolSpec
+if TYPE_CHECKING:
+    from .background import ScriptHandle
+    from .config import Settings
+    from .results import CallRecord, CallReport, ScriptResult
+    from .runtime import Runtime, RuntimeClosedError
+    from .shell import Shell
+    from .tools.python import Tool, tool
+    from .tools.spec import ToolAnnotations, ToolSpec
 
-try:
-    __version__ = _version("toolscript")
-    """The installed toolscript's version."""
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0.1.0.dev0"
+# Each public name loads its module when it is first asked for: `toolscript --help`, or a
+# command that runs no script, does not pay for the whole runtime.
+_WHERE = {
+    "CallRecord": "results",
+    "CallReport": "results",
+    "Runtime": "runtime",
+    "RuntimeClosedError": "runtime",
+    "ScriptHandle": "background",
+    "ScriptResult": "results",
+    "Settings": "config",
+    "Shell": "shell",
+    "Tool": "tools.python",
+    "ToolAnnotations": "tools.spec",
+    "ToolSpec": "tools.spec",
+    "tool": "tools.python",
+}
 
 __all__ = [
     "CallRecord",
@@ -43,3 +55,28 @@ __all__ = [
     "__version__",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value: Any = _installed_version()
+    elif name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    else:
+        raise AttributeError(f"module 'toolscript' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+def _installed_version() -> str:
+    """The installed toolscript's version (the source tree's, when it was never installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("toolscript")
+    except PackageNotFoundError:
+        return "0.1.0.dev0"
