@@ -4,10 +4,10 @@ scripts as the journal knows them; and the errors it raises."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(slots=True)  # not frozen: a frozen init costs 4x, once per call
-class CallStart:
+class CallStart(NamedTuple):
     """A tool call as the host received it, before anything is done with it.
 
     `call_id` is unique within one `Journal` (one host); `script_id` is `None` for a call
@@ -22,8 +22,7 @@ class CallStart:
     made_at: float
 
 
-@dataclass(slots=True)  # not frozen: a frozen init costs 4x, once per call
-class CallAnswer:
+class CallAnswer(NamedTuple):
     """The answer a call got from its handler: when, whether an error, and its start."""
 
     call_id: str
@@ -32,8 +31,7 @@ class CallAnswer:
     answer_brief: str
 
 
-@dataclass(slots=True)  # not frozen: a frozen init costs 4x, once per call
-class CallFate:
+class CallFate(NamedTuple):
     """A call's fate when its script's result was settled (docs/design.md#call-fates).
 
     `fate` is one of `seen`, `unread`, `late`, `pending`, `refused`; `cause` one of
@@ -46,21 +44,17 @@ class CallFate:
     cause: str | None
 
 
+# Goal: journaling costs the host's event loop as little as it can. What fails: an object per
+# record, which the garbage collector tracks while it waits in the buffer, and whose count
+# brings the collector's full passes sooner. What we do: the write calls take rows, tuples of
+# strings and numbers, which the collector stops tracking; the host builds plain tuples, and
+# `CallStart`, `CallAnswer` and `CallFate` are the same rows with names, for readers.
 StartRow = tuple[str, "str | None", str, str, str, float]
-"""A `CallStart`'s fields in order: what the host's hot path records (see `record_call_rows`)."""
+"""A call as `Journal.record_calls` takes it: a `CallStart`, or a plain tuple of its fields."""
 AnswerRow = tuple[str, float, bool, str]
-"""A `CallAnswer`'s fields in order."""
+"""An answer as `Journal.record_answers` takes it: a `CallAnswer`, or a tuple of its fields."""
 FateRow = tuple[str, str, "str | None"]
-"""A `CallFate`'s fields in order."""
-
-# Goal: journaling costs the host's event loop as little as it can, and the buffer holds up
-# to FLUSH_INTERVAL worth of calls. What fails: an object per record (a slotted dataclass,
-# 0.5 µs to make, three per call), which the collector also tracks: a gather's thousand
-# calls leave three thousand in the buffer, old enough by the flush to be walked by the
-# collector's older generations, and their count brings its full collections sooner (tens
-# of ms each in a host with a big heap). What we do: the host records plain tuples of
-# strings and numbers (`record_call_rows` and the two like it), which the collector stops
-# tracking at its first look; the dataclasses stay the public way in.
+"""A fate as `Journal.settle_calls` takes it: a `CallFate`, or a tuple of its fields."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,9 +24,6 @@ from .intents import (
 from .liveness import _register_host, _sweep_gone_hosts
 from .records import (
     AnswerRow,
-    CallAnswer,
-    CallFate,
-    CallStart,
     FateRow,
     JournalCall,
     JournalClosedError,
@@ -166,18 +163,15 @@ class Journal(_WriteBehind):
 
     # -- calls -----------------------------------------------------------------------------
 
-    def record_calls(self, calls: Sequence[CallStart]) -> None:
+    def record_calls(self, rows: Sequence[StartRow]) -> None:
         """Record calls before any of them is acted on.
 
-        In the intent file when this returns (it survives a kill of the host process, not a
-        power loss: see the module's docstring), in SQLite within `FLUSH_INTERVAL`. A
-        `call_id` that this journal holds for a call still open (not yet answered and
-        settled) raises `ValueError`, and nothing of the batch is written.
+        Each call is a `CallStart`, or a plain tuple of its fields in that order (what the
+        host passes). In the intent file when this returns (it survives a kill of the host
+        process, not a power loss: see the package's docstring), in SQLite within
+        `FLUSH_INTERVAL`. A `call_id` that this journal holds for a call still open (not yet
+        answered and settled) raises `ValueError`, and nothing of the batch is written.
         """
-        self.record_call_rows([_call_fields(call) for call in calls])
-
-    def record_call_rows(self, rows: Sequence[StartRow]) -> None:
-        """`record_calls`, each call given as its fields in `CallStart`'s order."""
         if not rows:
             return
         intents = self._intents
@@ -209,20 +203,15 @@ class Journal(_WriteBehind):
             if not self._filled:
                 self._fill()
 
-    def record_answers(self, answers: Sequence[CallAnswer]) -> None:
+    def record_answers(self, answers: Sequence[AnswerRow]) -> None:
         """Record answers (buffered; written within `FLUSH_INTERVAL`).
 
-        An answer to a call already settled `pending` is a late answer: the fate stays
+        Each answer is a `CallAnswer`, or a plain tuple of its fields in that order. An
+        answer to a call already settled `pending` is a late answer: the fate stays
         `pending`, as its result reported, but the answer is kept and the call is no longer
         uncertain, since its effect is known now. Answers to call ids this host never
         recorded are ignored.
         """
-        self.record_answer_rows(
-            [(a.call_id, a.answered_at, a.is_error, a.answer_brief) for a in answers]
-        )
-
-    def record_answer_rows(self, answers: Sequence[AnswerRow]) -> None:
-        """`record_answers`, each answer given as its fields in `CallAnswer`'s order."""
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
@@ -230,15 +219,12 @@ class Journal(_WriteBehind):
             if not self._filled:
                 self._fill()
 
-    def settle_calls(self, fates: Sequence[CallFate]) -> None:
+    def settle_calls(self, fates: Sequence[FateRow]) -> None:
         """Record the calls' fates (buffered; written within `FLUSH_INTERVAL`).
 
-        A call settled `pending` with no answer becomes uncertain (`pending_at_settle`).
+        Each fate is a `CallFate`, or a plain tuple of its fields in that order. A call
+        settled `pending` with no answer becomes uncertain (`pending_at_settle`).
         """
-        self.settle_call_rows([(f.call_id, f.fate, f.cause) for f in fates])
-
-    def settle_call_rows(self, fates: Sequence[FateRow]) -> None:
-        """`settle_calls`, each fate given as its fields in `CallFate`'s order."""
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
@@ -419,11 +405,3 @@ def _storable(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
-
-
-def _call_fields(call: CallStart) -> StartRow:
-    """A call's columns after `host_id`, as `_INSERT_CALL` takes them and intent lines hold them."""
-    return (call.call_id, call.script_id, call.shell, call.tool, call.args_brief, call.made_at)
-
-
-# An intent line is a JSON array of what one call of `record_calls` or `begin_script`
