@@ -54,17 +54,12 @@ _ANSWER_CALL = (
 # as one JSON array: about half the cost of a statement per call.
 # Named placeholders, bound from a dict: numbered ones (`?1`) bound from a tuple are
 # deprecated from Python 3.12 and an error from 3.14.
-_SETTLE_CALL = (
+_SETTLE = (
     "UPDATE calls SET fate = :fate, cause = :cause, uncertain_reason = CASE "
     "WHEN :fate = 'pending' AND answered_at IS NULL THEN 'pending_at_settle' END "
-    "WHERE id = :rows"
 )
-
-_SETTLE_CALLS = (
-    "UPDATE calls SET fate = :fate, cause = :cause, uncertain_reason = CASE "
-    "WHEN :fate = 'pending' AND answered_at IS NULL THEN 'pending_at_settle' END "
-    "WHERE id IN (SELECT value FROM json_each(:rows))"
-)
+_SETTLE_CALL = _SETTLE + "WHERE id = :rows"
+_SETTLE_CALLS = _SETTLE + "WHERE id IN (SELECT value FROM json_each(:rows))"
 
 # Where a call of this host stands, as far as its row may still change.
 _OPEN, _ANSWERED, _PENDING, _CLOSED = range(4)
@@ -96,8 +91,8 @@ def _write_batch(
     host_id: int,
     taken: _Buffer,
     open_rows: dict[str, int],
-    answered_unsettled: set[str],
-    pending_unanswered: set[str],
+    answered: set[str],
+    pending: set[str],
 ) -> _Written:
     """Write a batch in the open transaction; change nothing in memory (it may roll back).
 
@@ -107,67 +102,56 @@ def _write_batch(
     through the GIL, the event loop) about a third of the journal's time. Answers and
     fates of calls written earlier update their rows.
     """
-
-    def _state(states: dict[str, int], call_id: str) -> int:
-        state = states.get(call_id)
-        if state is not None:
-            return state
-        if call_id in answered_unsettled:
-            return _ANSWERED
-        if call_id in pending_unanswered:
-            return _PENDING
-        return _OPEN
-
     if taken.scripts:
         db.executemany(
             _INSERT_SCRIPT, [(script[0], host_id, *script[1:]) for script in taken.scripts]
         )
     # Call id -> the columns after `made_at` of a call made in this batch, replaced as
     # its answer and fate come (tuples of strings and numbers, which the collector
-    # stops tracking, where lists would be walked by its older generations), and what
-    # became of it in this batch. Most calls are made, answered and settled within one
-    # flush: those are inserted whole and never enter the journal's memory.
+    # stops tracking, where lists would be walked by its older generations). Most calls
+    # are made, answered and settled within one flush: those are inserted whole and never
+    # enter the journal's memory.
     ids = list(map(_first, taken.starts))
     fresh: dict[str, tuple[Any, ...]] = dict.fromkeys(ids, _NO_END)
-    fresh_states: dict[str, int] = {}
     first = db.execute(_LAST_CALL).fetchone()[0] + 1 if ids else 0
-    states: dict[str, int] = {}  # calls written in earlier batches
+    # What became of calls in this batch. A call made in it is in none of the journal's
+    # memories (its id was checked when recorded), so one lookup serves both kinds.
+    states: dict[str, int] = {}
     answer_rows = []
     for call_id, answered_at, is_error, answer_brief in taken.answers:
-        whole = fresh.get(call_id)
-        if whole is not None:  # made in this batch: known to this batch alone
-            state = fresh_states.get(call_id, _OPEN)
-            if state == _CLOSED:
-                continue
-            fresh[call_id] = (answered_at, is_error, answer_brief, whole[3], whole[4], None)
-            fresh_states[call_id] = _CLOSED if state == _PENDING else _ANSWERED
-        else:
-            row = open_rows.get(call_id)
-            state = _state(states, call_id)
-            if row is None or state == _CLOSED:
-                continue
-            answer_rows.append((answered_at, is_error, answer_brief, row))
-            states[call_id] = _CLOSED if state == _PENDING else _ANSWERED
-    rows_by_fate: dict[tuple[str, str | None], list[int]] = {}
-    for call_id, fate, cause in taken.fates:
+        state = states.get(call_id)
+        if state is None:
+            state = _ANSWERED if call_id in answered else _PENDING if call_id in pending else _OPEN
+        elif state == _CLOSED:
+            continue
         whole = fresh.get(call_id)
         if whole is not None:
-            state = fresh_states.get(call_id, _OPEN)
-            if state == _CLOSED:
+            fresh[call_id] = (answered_at, is_error, answer_brief, whole[3], whole[4], None)
+        else:
+            row = open_rows.get(call_id)
+            if row is None:
                 continue
+            answer_rows.append((answered_at, is_error, answer_brief, row))
+        states[call_id] = _CLOSED if state == _PENDING else _ANSWERED
+    rows_by_fate: dict[tuple[str, str | None], list[int]] = {}
+    for call_id, fate, cause in taken.fates:
+        state = states.get(call_id)
+        if state is None:
+            state = _ANSWERED if call_id in answered else _PENDING if call_id in pending else _OPEN
+        elif state == _CLOSED:
+            continue
+        whole = fresh.get(call_id)
+        if whole is not None:
             # As _SETTLE_CALL would: uncertain only if settled pending with no answer.
             unanswered = fate == "pending" and whole[0] is None
             uncertain = "pending_at_settle" if unanswered else None
             fresh[call_id] = (*whole[:3], fate, cause, uncertain)
-            after = fresh_states
         else:
             row = open_rows.get(call_id)
-            state = _state(states, call_id)
-            if row is None or state == _CLOSED:
+            if row is None:
                 continue
             rows_by_fate.setdefault((fate, cause), []).append(row)
-            after = states
-        after[call_id] = _CLOSED if state == _ANSWERED or fate != "pending" else _PENDING
+        states[call_id] = _CLOSED if state == _ANSWERED or fate != "pending" else _PENDING
     if fresh:
         _insert_whole_calls(
             db,
@@ -186,11 +170,10 @@ def _write_batch(
         db.executemany(_RECORD_VIOLATION, taken.violations)
     new_rows: dict[str, int] = {}
     for i, call_id in enumerate(ids):
-        state = fresh_states.get(call_id, _OPEN)
-        if state != _CLOSED:
+        if states.get(call_id) == _CLOSED:
+            del states[call_id]  # inserted closed: the journal's memory never held it
+        else:
             new_rows[call_id] = first + i
-            if state != _OPEN:
-                states[call_id] = state
     return _Written(new_rows, states, ids)
 
 
