@@ -1,6 +1,6 @@
 """The call journal: every script and every tool call, written down before it is acted on.
 
-The host's call table decides each call's fate; this module only keeps the record, durably,
+The host's call table decides each call's fate; this package only keeps the record, durably,
 and answers questions about it. It is SQLite (standard library `sqlite3`) in WAL mode, in a
 file under the state directory by default, or in memory when the caller asks.
 

@@ -29,11 +29,11 @@ _WHOLE_CALL_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 # Goal: a flush of a `gather`'s thousand calls costs the event loop as little as it can.
 # What fails: `executemany`, one statement step per row. The sqlite3 module lets go of the
 # GIL around every step, and the event loop, busy in the same process, takes it each time:
-# a thousand hand-overs per flush, each a wake-up of one thread and a wait of the other. On
-# two busy cores that doubled the flush thread's CPU per call (5.6 to 12 µs) and made the
-# loop wait. What we do: insert up to 64 rows per statement (64 * 14 variables stays under
-# the 999 that older SQLite builds allow), the rest in statements of 32, 16, ... 1 rows: a
-# step per statement, and a handful of statements, each prepared once and cached.
+# a thousand hand-overs per flush, each a wake-up of one thread and a wait of the other,
+# which on two busy cores doubled the flush thread's CPU per call and made the loop wait.
+# What we do: insert up to 64 rows per statement (64 * 14 variables stays under the 999 that
+# older SQLite builds allow), the rest in statements of 32, 16, ... 1 rows: a step per
+# statement, and a handful of statements, each prepared once and cached.
 _ROWS_PER_INSERT = (64, 32, 16, 8, 4, 2, 1)
 _INSERT_WHOLE_CALLS = {
     size: _INSERT_WHOLE_CALL + ", ".join([_WHOLE_CALL_ROW] * size) for size in _ROWS_PER_INSERT
@@ -51,7 +51,7 @@ _ANSWER_CALL = (
 # A call settled `pending` becomes uncertain only if no answer has come; an answer that came
 # first (or comes later, see _ANSWER_CALL) clears it, so the order of the two writes in a
 # flush does not matter. Fates are written one statement per (fate, cause), the rowids passed
-# as one JSON array: about half the cost of a statement per call.
+# as one JSON array: cheaper than a statement per call.
 # Named placeholders, bound from a dict: numbered ones (`?1`) bound from a tuple are
 # deprecated from Python 3.12 and an error from 3.14.
 _SETTLE = (
@@ -99,8 +99,8 @@ def _write_batch(
     A call made in this batch is inserted once, with its answer and fate when they are
     in the batch too (most calls start and end within one flush): one row write instead
     of an insert and two updates of the same row, which cost the flush thread (and,
-    through the GIL, the event loop) about a third of the journal's time. Answers and
-    fates of calls written earlier update their rows.
+    through the GIL, the event loop) dearly. Answers and fates of calls written earlier
+    update their rows.
     """
     if taken.scripts:
         db.executemany(

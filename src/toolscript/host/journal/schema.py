@@ -53,11 +53,10 @@ CREATE TABLE calls (
 CREATE INDEX calls_uncertain ON calls (shell) WHERE uncertain_reason IS NOT NULL;
 """
 
-# Goal: journaling a call costs a few µs on the host's hot path, and a host killed at any
-# moment after `record_calls` returned leaves its calls findable. What fails: a commit per
-# call (one autocommitted INSERT: ~15-28 µs on a file, 6 fcntl locks and 2 pwrites), and
-# indexes on `calls` (each adds a page to every commit, ~8-10 µs per index for a one-call
-# commit). What we do: the hot path appends a line to an intent file with one `write` and
+# Goal: journaling a call costs the host's hot path little, and a host killed at any moment
+# after `record_calls` returned leaves its calls findable. What fails: a commit per call
+# (file locks and writes for every INSERT), and indexes on `calls` (each adds a page to every
+# commit); bench/README.md has the numbers. What we do: the hot path appends a line to an intent file with one `write` and
 # the call to a buffer, under `_buffer_lock` only (never `_db_lock`, which the flush thread
 # holds through a commit); the flush thread writes the buffer in one transaction and then
 # drops the intent lines (see `_IntentLog`). `calls` has only its rowid, plus a partial
