@@ -6,8 +6,8 @@ file in a temporary directory, and `:memory:`), it runs rounds of: `record_calls
 then `record_answers` and `settle_calls` of the same calls, as the host would, with the
 journal's flush thread writing answers and fates in the background. Per call, in microseconds:
 
-- `records`: building the `CallStart`, `CallAnswer` and `CallFate` objects (the host pays this
-  whatever the store does); median over rounds;
+- `records`: building the rows the three methods take, plain tuples as the host builds them
+  (the host pays this whatever the store does); median over rounds;
 - `hot path`: the time the caller spends in the three journal methods (everything is
   buffered, so this is mostly the write of the batch's line to the intent file); median over
   rounds;
@@ -30,23 +30,23 @@ import tempfile
 import time
 from pathlib import Path
 
-from toolscript.host.journal import CallAnswer, CallFate, CallStart, Journal
+from toolscript.host.journal import AnswerRow, FateRow, Journal, StartRow
 
 BATCH_SIZES = (1, 10, 100, 1000)
 
 
 def make_batch(
     round_number: int, size: int
-) -> tuple[list[CallStart], list[CallAnswer], list[CallFate]]:
-    """One round's records: `size` calls of one script, each answered and settled `seen`."""
+) -> tuple[list[StartRow], list[AnswerRow], list[FateRow]]:
+    """One round's rows: `size` calls of one script, each answered and settled `seen`."""
     now = time.time()
     ids = [f"g1:{round_number}:{i}" for i in range(size)]
-    starts = [
-        CallStart(call_id, "script-1", "main", "send_message", "channel_id='c1', text='hi'", now)
+    starts: list[StartRow] = [
+        (call_id, "script-1", "main", "send_message", "channel_id='c1', text='hi'", now)
         for call_id in ids
     ]
-    answers = [CallAnswer(call_id, now, False, "'sent'") for call_id in ids]
-    fates = [CallFate(call_id, "seen", None) for call_id in ids]
+    answers: list[AnswerRow] = [(call_id, now, False, "'sent'") for call_id in ids]
+    fates: list[FateRow] = [(call_id, "seen", None) for call_id in ids]
     return starts, answers, fates
 
 

@@ -59,13 +59,13 @@ sys.stdin.read()
 # three calls, and a fourth call is recorded while they are being committed.
 UNFLUSHED_HOST_PROCESS = """
 import os, sqlite3, sys, threading, time
-from toolscript.host import journal as journal_module
+from toolscript.host.journal import buffer as journal_buffer, store as journal_store
 from toolscript.host.journal import CallStart, Journal
 
 mode = sys.argv[3]
-journal_module.FLUSH_INTERVAL = 3600
+journal_buffer.FLUSH_INTERVAL = 3600
 if mode == "failed-commit":
-    journal_module._BUSY_TIMEOUT_MS = 20
+    journal_store._BUSY_TIMEOUT_MS = 20
 journal = Journal.open(sys.argv[1])
 journal.begin_script("s-1", "main", 1, "await send(text='a')", 1.0)
 journal.record_calls([CallStart("c-1", "s-1", "main", "send", "text='a'", 2.0)])

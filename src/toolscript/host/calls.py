@@ -231,7 +231,7 @@ class CallLedger:
         finally:
             # Calls before a frame that was not one were made all the same: journaled, though
             # not dispatched (the interpreter is replaced), so they are reported pending.
-            self._journal.record_call_rows(starts)
+            self._journal.record_calls(starts)
         return todo
 
     def tool_of(self, n: int) -> str:
@@ -275,7 +275,7 @@ class CallLedger:
             if call.folded:
                 del calls[n]
         if rows:
-            self._journal.record_answer_rows(rows)
+            self._journal.record_answers(rows)
 
     def acknowledged(self, acks: Iterable[Any] = (), seen: Iterable[Any] = ()) -> None:
         """The kernel's word on calls: `seen` holds the numbers of calls whose answer code
@@ -304,7 +304,7 @@ class CallLedger:
                     raise ValueError("an acknowledgement of an unknown kind")
         finally:
             if fates:
-                self._journal.settle_call_rows(fates)
+                self._journal.settle_calls(fates)
 
     def _acknowledgeable(self, n: int, claim: str) -> _Call | None:
         """The call `n` that a claim is about, if the ledger still holds it; raises
@@ -376,7 +376,7 @@ class CallLedger:
             if fate != "pending" or call.host_cause is not None:
                 self._calls.pop(n, None)  # nothing more can come that the journal needs
         if fates:
-            self._journal.settle_call_rows(fates)
+            self._journal.settle_calls(fates)
         self._tally = None
         self._script = None
         order = {fate: i for i, fate in enumerate(FATES)}

@@ -1,0 +1,69 @@
+"""The call journal: every script and every tool call, written down before it is acted on.
+
+The host's call table decides each call's fate; this package only keeps the record, durably,
+and answers questions about it. It is SQLite (standard library `sqlite3`) in WAL mode, in a
+file under the state directory by default, or in memory when the caller asks.
+
+What is durable, and when:
+
+- When `record_calls` or `begin_script` returns, the calls or the script are in this host's
+  intent file, an append-only file beside the database (`<journal>-host<N>-a.intents` and
+  `-b.intents`): written with one `write`, so in the operating system's hands, and a kill of
+  the host process (even by SIGKILL) cannot lose them. The next `Journal.open` of the same
+  file (or the next query for uncertain calls) by another host replays the intent files of a
+  host that is gone into the database, then marks its calls left in flight `host_gone`.
+- Everything reaches SQLite through one buffer, in the order it was recorded: scripts begun,
+  calls made, answers (`record_answers`), fates (`settle_calls`) and scripts ended
+  (`end_script`). A flush thread writes it in one transaction within `FLUSH_INTERVAL`
+  seconds; `flush()`, every query and `close()` write it at once, so this process always
+  reads its own writes. Other processes (the `toolscript calls` command) see a call within
+  `FLUSH_INTERVAL`. Once written, the intent file's lines are dropped, so it stays small.
+- An answer, a fate or a script's end lost to a kill (it was only in the buffer) leaves its
+  call uncertain or its script without a status, which is the truthful state: the host cannot
+  prove the effect happened.
+- Nothing here survives a power loss or a kernel crash: that would need an fsync per call,
+  which the hot path cannot afford. SQLite runs with WAL and `synchronous=NORMAL`.
+
+An in-memory journal (`":memory:"`) has no intent files: it lives as long as the object.
+
+Uncertain calls are those whose effect is unknown: settled `pending` when their script ended
+and never answered since (reason `pending_at_settle`), or left in flight (no answer and no
+fate, or settled `pending`) by a host that is gone (reason `host_gone`).
+"""
+
+from __future__ import annotations
+
+from .buffer import FLUSH_INTERVAL
+from .records import (
+    AnswerRow,
+    CallAnswer,
+    CallFate,
+    CallStart,
+    FateRow,
+    JournalCall,
+    JournalClosedError,
+    JournalScript,
+    JournalVersionError,
+    StartRow,
+)
+from .schema import SCHEMA_VERSION
+from .store import JOURNAL_FILE_NAME, MEMORY, Journal, state_dir
+
+__all__ = [
+    "FLUSH_INTERVAL",
+    "JOURNAL_FILE_NAME",
+    "MEMORY",
+    "SCHEMA_VERSION",
+    "AnswerRow",
+    "CallAnswer",
+    "CallFate",
+    "CallStart",
+    "FateRow",
+    "Journal",
+    "JournalCall",
+    "JournalClosedError",
+    "JournalScript",
+    "JournalVersionError",
+    "StartRow",
+    "state_dir",
+]

@@ -1,0 +1,194 @@
+"""The intent files: what a host recorded and has not yet written to SQLite, safe from a kill.
+
+Each host has two, beside the journal's file (`<journal>-host<N>-a.intents` and
+`-b.intents`). A line is a JSON array of what one call of `record_calls` or `begin_script`
+recorded: `[n, "c", call_id, script_id, shell, tool, args_brief, made_at]` per call, or
+`[n, "s", script_id, shell, generation, code, started_at]`, `n` counting up per journal.
+Another host replays the files of a host that is gone into the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .records import StartRow
+from .schema import _INSERT_CALL, _INSERT_SCRIPT
+
+_log = logging.getLogger(__name__)
+
+
+class _IntentLog:
+    """A host's two intent files: a line per `record_calls` or `begin_script`, before the
+    calls or the script are buffered.
+
+    Invariant: lines are appended only to the current file, and every take of the buffer
+    (the whole buffer, under `_buffer_lock`) switches appends to the other file. So once the
+    commit of a take succeeds, every line in the file that is no longer current was appended
+    before that take and is in SQLite: that file is emptied. A failed commit empties nothing
+    (its entries go back to the buffer and are in the next take), so a line stays until a
+    commit that includes its entry has succeeded.
+    """
+
+    def __init__(self, paths: tuple[Path, Path]) -> None:
+        self.paths = paths
+        # O_TRUNC: a file left under our name by an older journal file is not ours.
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+        self._fds: list[int] = []
+        try:
+            for path in paths:
+                self._fds.append(os.open(path, flags, 0o600))
+        except BaseException:
+            self.close()
+            raise
+        self._current = 0
+        self._has_lines = [False, False]
+
+    def append(self, data: bytes) -> None:
+        """Append whole lines with one write. Hold `_buffer_lock`."""
+        current = self._current
+        self._has_lines[current] = True
+        written = os.write(self._fds[current], data)
+        if written != len(data):
+            # A short write (a full disk): end the torn line, so the next one starts whole.
+            os.write(self._fds[current], b"\n")
+            raise OSError(errno.ENOSPC, "Could not write to the call journal's intent file.")
+
+    def taken(self) -> None:
+        """The buffer was taken for writing. Hold `_buffer_lock`."""
+        self._current = 1 - self._current
+
+    def written(self) -> None:
+        """The last take is committed: empty the file that is not current. Hold `_db_lock`."""
+        other = 1 - self._current
+        if self._has_lines[other]:
+            os.ftruncate(self._fds[other], 0)
+            self._has_lines[other] = False
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+
+_LINE = orjson.OPT_APPEND_NEWLINE
+
+_CALL_INTENT = (str, (str, type(None)), str, str, str, (int, float))
+_SCRIPT_INTENT = (str, str, int, str, (int, float))
+
+
+def _intent_paths(path: Path, host_id: int) -> tuple[Path, Path]:
+    """A host's two intent files, beside the journal's file."""
+    return (
+        path.with_name(f"{path.name}-host{host_id}-a.intents"),
+        path.with_name(f"{path.name}-host{host_id}-b.intents"),
+    )
+
+
+def _remove_intents(path: Path, host_id: int) -> None:
+    for intents in _intent_paths(path, host_id):
+        try:
+            intents.unlink(missing_ok=True)
+        except OSError:
+            _log.exception("Could not remove the intent file %s.", intents)
+
+
+def _call_line(sequence: Iterator[int], rows: Sequence[StartRow]) -> bytes:
+    # One `orjson.dumps` per line, not per call: a result per call costs more to allocate
+    # than to encode.
+    return orjson.dumps([(next(sequence), "c", *row) for row in rows], option=_LINE)
+
+
+def _script_line(n: int, script: tuple[str, str, int, str, float]) -> bytes:
+    return orjson.dumps([(n, "s", *script)], option=_LINE)
+
+
+def _parse_intents(line: bytes) -> list[list[Any]]:
+    """The entries of an intent line, none for a line torn by a kill (or not ours)."""
+    try:
+        entries = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return []
+    if type(entries) is not list:
+        return []
+    return [entry for entry in entries if _is_intent(entry)]
+
+
+def _is_intent(entry: Any) -> bool:
+    if type(entry) is not list or len(entry) < 2 or type(entry[0]) is not int:
+        return False
+    kinds = {"c": _CALL_INTENT, "s": _SCRIPT_INTENT}.get(entry[1])
+    fields = entry[2:]
+    return (
+        kinds is not None
+        and len(fields) == len(kinds)
+        and all(isinstance(value, kind) for value, kind in zip(fields, kinds, strict=True))
+    )
+
+
+def _replay_intents(db: sqlite3.Connection, path: Path, host_id: int, calls_after: int) -> None:
+    """Insert what a gone host recorded in its intent files and never wrote to SQLite."""
+    scripts: list[tuple[int, list[Any]]] = []
+    calls: list[tuple[int, list[Any]]] = []
+    for intents in _intent_paths(path, host_id):
+        try:
+            data = intents.read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            _log.exception("Could not read the intent file %s of a host that is gone.", intents)
+            continue
+        for line in data.split(b"\n"):
+            for intent in _parse_intents(line):
+                (scripts if intent[1] == "s" else calls).append((intent[0], intent[2:]))
+    if scripts:
+        scripts.sort(key=lambda intent: intent[0])
+        db.executemany(_INSERT_SCRIPT, [(fields[0], host_id, *fields[1:]) for _, fields in scripts])
+    if calls:
+        # A host writes its buffer in the order recorded, so what it committed is a
+        # prefix of its intents; a call id is unique per host.
+        calls.sort(key=lambda intent: intent[0])
+        known = {
+            row[0]
+            for row in db.execute(
+                "SELECT call_id FROM calls WHERE id > ? AND host_id = ? "
+                "AND call_id IN (SELECT value FROM json_each(?))",
+                (calls_after, host_id, json.dumps([fields[0] for _, fields in calls])),
+            )
+        }
+        rows = []
+        for _, fields in calls:
+            if fields[0] not in known:
+                known.add(fields[0])
+                rows.append((host_id, *fields))
+        db.executemany(_INSERT_CALL, rows)
+
+
+def _remove_stale_intents(db: sqlite3.Connection, db_lock: threading.Lock, path: Path) -> None:
+    """Remove the intent files of hosts that have ended (or are unknown to the journal)."""
+    pattern = re.compile(re.escape(path.name) + r"-host(\d+)-[ab]\.intents")
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    found = [(name, int(m.group(1))) for name in names if (m := pattern.fullmatch(name))]
+    if not found:
+        return
+    # Listed before reading which hosts live: a host creates its files after its row.
+    with db_lock:
+        living = {row[0] for row in db.execute("SELECT host_id FROM hosts WHERE ended_at IS NULL")}
+    for name, host_id in found:
+        if host_id not in living:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path.parent / name)

@@ -1,0 +1,121 @@
+"""What the journal records and answers: calls as made, answered and settled; calls and
+scripts as the journal knows them; and the errors it raises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class CallStart(NamedTuple):
+    """A tool call as the host received it, before anything is done with it.
+
+    `call_id` is unique within one `Journal` (one host); `script_id` is `None` for a call
+    made while no script ran. Times are seconds since the epoch.
+    """
+
+    call_id: str
+    script_id: str | None
+    shell: str
+    tool: str
+    args_brief: str
+    made_at: float
+
+
+class CallAnswer(NamedTuple):
+    """The answer a call got from its handler: when, whether an error, and its start."""
+
+    call_id: str
+    answered_at: float
+    is_error: bool
+    answer_brief: str
+
+
+class CallFate(NamedTuple):
+    """A call's fate when its script's result was settled (docs/design.md#call-fates).
+
+    `fate` is one of `seen`, `unread`, `late`, `pending`, `refused`; `cause` one of
+    `timeout`, `cancelled`, `stopped`, `interpreter_gone`, `tool_timeout`, `source_gone`,
+    or `None`.
+    """
+
+    call_id: str
+    fate: str
+    cause: str | None
+
+
+# Goal: journaling costs the host's event loop as little as it can. What fails: an object per
+# record, which the garbage collector tracks while it waits in the buffer, and whose count
+# brings the collector's full passes sooner. What we do: the write calls take rows, tuples of
+# strings and numbers, which the collector stops tracking; the host builds plain tuples, and
+# `CallStart`, `CallAnswer` and `CallFate` are the same rows with names, for readers.
+StartRow = tuple[str, "str | None", str, str, str, float]
+"""A call as `Journal.record_calls` takes it: a `CallStart`, or a plain tuple of its fields."""
+AnswerRow = tuple[str, float, bool, str]
+"""An answer as `Journal.record_answers` takes it: a `CallAnswer`, or a tuple of its fields."""
+FateRow = tuple[str, str, "str | None"]
+"""A fate as `Journal.settle_calls` takes it: a `CallFate`, or a tuple of its fields."""
+
+
+@dataclass(frozen=True, slots=True)
+class JournalCall:
+    """One call as the journal knows it.
+
+    `fate` is `None` while the call is in flight. `uncertain` says its effect is unknown;
+    `uncertain_reason` is then `"pending_at_settle"` (no answer had come when its script was
+    settled) or `"host_gone"` (the host that made it ended with the call in flight).
+    A call settled `pending` that is answered later keeps the fate `pending` (what its
+    result reported) but carries the answer and is no longer uncertain.
+    """
+
+    call_id: str
+    script_id: str | None
+    shell: str
+    tool: str
+    args_brief: str
+    made_at: float
+    answered_at: float | None
+    is_error: bool | None
+    answer_brief: str | None
+    fate: str | None
+    cause: str | None
+    uncertain: bool
+    uncertain_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JournalScript:
+    """One script as the journal knows it. `status` and `ended_at` are `None` until it ends.
+
+    `violation` says how the script broke the protocol between its interpreter and the host
+    (a frame it forged), which got its interpreter killed; `None` if it did not.
+    """
+
+    script_id: str
+    shell: str
+    generation: int
+    started_at: float
+    ended_at: float | None
+    status: str | None
+    violation: str | None = None
+
+
+class JournalVersionError(Exception):
+    """The journal was written by a newer toolscript, with a schema this one does not know."""
+
+    def __init__(self, path: str, found: int, known: int) -> None:
+        self.path = path
+        self.found = found
+        self.known = known
+        super().__init__(
+            f"The journal at {path} has schema version {found}, but this toolscript knows "
+            f"versions up to {known}: it was written by a newer toolscript. Upgrade toolscript, "
+            f"or point it at another journal (TOOLSCRIPT_STATE, or the journal argument)."
+        )
+
+
+class JournalClosedError(Exception):
+    """The journal was used after `close()`."""
+
+    def __init__(self) -> None:
+        super().__init__("The journal is closed; open a new one with Journal.open().")

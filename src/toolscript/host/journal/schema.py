@@ -1,0 +1,126 @@
+"""The journal's tables, the statements more than one part of it runs, and its transactions."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from .records import JournalVersionError
+
+SCHEMA_VERSION = 1
+"""The journal schema this code writes and reads."""
+
+_SCHEMA = """
+CREATE TABLE hosts (
+    host_id INTEGER PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    machine TEXT NOT NULL,
+    boot_id TEXT,
+    process_start TEXT,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    calls_after INTEGER NOT NULL
+);
+CREATE TABLE scripts (
+    script_id TEXT PRIMARY KEY,
+    host_id INTEGER NOT NULL,
+    shell TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    code TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    status TEXT,
+    calls_after INTEGER NOT NULL,
+    calls_up_to INTEGER,
+    violation TEXT
+);
+CREATE TABLE calls (
+    id INTEGER PRIMARY KEY,
+    host_id INTEGER NOT NULL,
+    call_id TEXT NOT NULL,
+    script_id TEXT,
+    shell TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    args_brief TEXT NOT NULL,
+    made_at REAL NOT NULL,
+    answered_at REAL,
+    is_error INTEGER,
+    answer_brief TEXT,
+    fate TEXT,
+    cause TEXT,
+    uncertain_reason TEXT,
+    told_at REAL
+);
+CREATE INDEX calls_uncertain ON calls (shell) WHERE uncertain_reason IS NOT NULL;
+"""
+
+# Goal: journaling a call costs the host's hot path little, and a host killed at any moment
+# after `record_calls` returned leaves its calls findable. What fails: a commit per call
+# (file locks and writes for every INSERT), and indexes on `calls` (each adds a page to every
+# commit); bench/README.md has the numbers. What we do: the hot path appends a line to an intent file with one `write` and
+# the call to a buffer, under `_buffer_lock` only (never `_db_lock`, which the flush thread
+# holds through a commit); the flush thread writes the buffer in one transaction and then
+# drops the intent lines (see `_IntentLog`). `calls` has only its rowid, plus a partial
+# index that holds only uncertain calls (rare). This host finds its own rows through
+# `Journal._open_rows` (call id → rowid) while they can still change. A host's and a
+# script's calls are found by rowid range: every row inserted after the host opened (or the
+# script's row was inserted) has a larger rowid than `calls_after`, the largest rowid at
+# that moment, read under the write lock. A flush inserts a batch's scripts before its calls
+# and ends scripts after them, so a script's range covers its calls in the same batch too.
+
+_LAST_CALL = "SELECT coalesce(max(id), 0) FROM calls"
+
+_INSERT_CALL = (
+    "INSERT INTO calls (host_id, call_id, script_id, shell, tool, args_brief, made_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+# A script id begun twice is kept once: a failing row would fail every later flush.
+_INSERT_SCRIPT = (
+    "INSERT OR IGNORE INTO scripts (script_id, host_id, shell, generation, code, started_at, "
+    f"calls_after) VALUES (?, ?, ?, ?, ?, ?, ({_LAST_CALL}))"
+)
+
+_IN_FLIGHT = "answered_at IS NULL AND (fate IS NULL OR fate = 'pending')"
+
+_END_HOST = "UPDATE hosts SET ended_at = ? WHERE host_id = ?"
+
+
+class _Transaction:
+    """`BEGIN IMMEDIATE` … `COMMIT`, or `ROLLBACK` when the block (or the commit) raises."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if exc_type is None:
+            try:
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        elif self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+
+
+def _prepare_schema(db: sqlite3.Connection, where: str) -> None:
+    with _Transaction(db):
+        db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        row = db.execute("SELECT max(version) FROM schema_version").fetchone()
+        found = row[0] if row is not None else None
+        if found is None:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+        elif found > SCHEMA_VERSION:
+            raise JournalVersionError(where, found, SCHEMA_VERSION)
+        else:
+            columns = {row[1] for row in db.execute("PRAGMA table_info(scripts)")}
+            if "violation" not in columns:
+                # Added to version 1 without a new version: a nullable column that older
+                # code neither reads nor writes, so both can keep sharing the file.
+                db.execute("ALTER TABLE scripts ADD COLUMN violation TEXT")

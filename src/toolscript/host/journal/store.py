@@ -1,0 +1,407 @@
+"""The `Journal`: opening it, the write calls (recorded ahead in the intent file, buffered for
+SQLite) and the queries the runtime and the CLI ask."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from .buffer import _WriteBehind
+from .intents import (
+    _call_line,
+    _intent_paths,
+    _IntentLog,
+    _remove_intents,
+    _remove_stale_intents,
+    _script_line,
+)
+from .liveness import _register_host, _sweep_gone_hosts
+from .records import (
+    AnswerRow,
+    FateRow,
+    JournalCall,
+    JournalClosedError,
+    JournalScript,
+    StartRow,
+)
+from .schema import _prepare_schema, _Transaction
+
+JOURNAL_FILE_NAME = "journal.sqlite3"
+"""The journal's file name under the state directory."""
+
+MEMORY = ":memory:"
+"""Pass to `Journal.open` for a journal that lives only as long as the object."""
+
+_BUSY_TIMEOUT_MS = 5000
+
+
+def state_dir() -> Path:
+    """The directory where toolscript keeps its state (the journal, logs).
+
+    `$TOOLSCRIPT_STATE` when set and not empty, else the platform's user state directory
+    for "toolscript". The directory is not created here.
+    """
+    configured = os.environ.get("TOOLSCRIPT_STATE")
+    if configured:
+        return Path(configured).expanduser()
+    return platformdirs.user_state_path("toolscript")
+
+
+_CALL_COLUMNS = (
+    "call_id, script_id, shell, tool, args_brief, made_at, answered_at, is_error, "
+    "answer_brief, fate, cause, uncertain_reason"
+)
+
+
+class Journal(_WriteBehind):
+    """The durable record of scripts and tool calls, and the queries the runtime and CLI ask.
+
+    Open one with `Journal.open(...)`. Each open journal is one host: it writes a `hosts`
+    row, and on opening it marks the calls left in flight by hosts whose process is gone as
+    uncertain (`host_gone`). Several hosts may share one journal file; a host never touches
+    the calls of another host that is still alive.
+
+    Calls come from one thread (the host's asyncio thread); recording them only appends to
+    the intent file and a buffer, and a flush thread writes the buffer to SQLite. Another
+    process (the `toolscript calls` command) may read the same file at the same time.
+
+    Memory: the journal keeps one small entry per call of this host whose row may still
+    change (not yet both answered and settled, and not settled with a fate other than
+    `pending`), and what is buffered (at most about `FLUSH_INTERVAL` worth of calls).
+    """
+
+    def __init__(self, connection: sqlite3.Connection, path: Path | None) -> None:
+        """Use `Journal.open`; this takes a connection whose schema is ready."""
+        super().__init__(connection, path)
+        with self._db_lock, _Transaction(self._db):
+            self.host_id = _register_host(self._db, self._me)
+            _sweep_gone_hosts(self._db, self.host_id, self._me, path)
+        if path is not None:
+            # Created after our `hosts` row is committed: another host that finds the file
+            # also finds the row, and leaves the file alone while we live.
+            self._intents = _IntentLog(_intent_paths(path, self.host_id))
+            _remove_stale_intents(self._db, self._db_lock, path)
+
+    @classmethod
+    def open(cls, where: str | os.PathLike[str] | None) -> Journal:
+        """Open (creating if needed) the journal at `where`.
+
+        `where` is a file path, `":memory:"`, or `None` for `journal.sqlite3` under
+        `state_dir()`. Missing directories are created. Raises `JournalVersionError` if the
+        file was written by a newer toolscript.
+        """
+        path: Path | None
+        if where is None:
+            path = state_dir() / JOURNAL_FILE_NAME
+        elif os.fspath(where) == MEMORY:
+            path = None
+        else:
+            path = Path(where).expanduser()
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(
+            MEMORY if path is None else path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=_BUSY_TIMEOUT_MS / 1000,
+        )
+        try:
+            connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            connection.execute("PRAGMA journal_mode = WAL")
+            connection.execute("PRAGMA synchronous = NORMAL")
+            _prepare_schema(connection, str(path) if path is not None else MEMORY)
+            return cls(connection, path)
+        except BaseException:
+            connection.close()
+            raise
+
+    # -- scripts ---------------------------------------------------------------------------
+
+    def begin_script(
+        self, script_id: str, shell: str, generation: int, code: str, started_at: float
+    ) -> None:
+        """Record that a script is about to run, before it runs.
+
+        In the intent file when this returns (it survives a kill of the host process), in
+        SQLite within `FLUSH_INTERVAL`. Script ids are unique; a repeated one is kept once.
+        """
+        script = (script_id, shell, generation, _storable(code), started_at)
+        intents = self._intents
+        line = b"" if intents is None else _script_line(next(self._sequence), script)
+        with self._buffer_lock:
+            if self._closed:
+                raise JournalClosedError()
+            if intents is not None:
+                intents.append(line)
+            self._buffer.scripts.append(script)
+            if not self._filled:
+                self._fill()
+
+    def end_script(self, script_id: str, status: str, ended_at: float) -> None:
+        """Record how a script ended (buffered; after its calls, answers and fates)."""
+        with self._buffer_lock:
+            if self._closed:
+                raise JournalClosedError()
+            self._buffer.ends.append((status, ended_at, script_id))
+            if not self._filled:
+                self._fill()
+
+    def record_violation(self, script_id: str, violation: str) -> None:
+        """Record that a script broke the protocol, and how (buffered, like `end_script`)."""
+        with self._buffer_lock:
+            if self._closed:
+                raise JournalClosedError()
+            self._buffer.violations.append((_storable(violation), script_id))
+            if not self._filled:
+                self._fill()
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def record_calls(self, rows: Sequence[StartRow]) -> None:
+        """Record calls before any of them is acted on.
+
+        Each call is a `CallStart`, or a plain tuple of its fields in that order (what the
+        host passes). In the intent file when this returns (it survives a kill of the host
+        process, not a power loss: see the package's docstring), in SQLite within
+        `FLUSH_INTERVAL`. A `call_id` that this journal holds for a call still open (not yet
+        answered and settled) raises `ValueError`, and nothing of the batch is written.
+        """
+        if not rows:
+            return
+        intents = self._intents
+        line = b"" if intents is None else _call_line(self._sequence, rows)
+        unwritten = self._unwritten
+        open_rows = self._open_rows
+        with self._buffer_lock:
+            if self._closed:
+                raise JournalClosedError()
+            if len(rows) == 1:
+                call_id = rows[0][0]
+                if call_id in unwritten or call_id in open_rows:
+                    raise _repeated_call_id()
+                if intents is not None:
+                    intents.append(line)
+                unwritten.add(call_id)
+            else:
+                ids = {row[0] for row in rows}
+                if (
+                    len(ids) != len(rows)
+                    or not unwritten.isdisjoint(ids)
+                    or not open_rows.keys().isdisjoint(ids)
+                ):
+                    raise _repeated_call_id()
+                if intents is not None:
+                    intents.append(line)
+                unwritten.update(ids)
+            self._buffer.starts.extend(rows)
+            if not self._filled:
+                self._fill()
+
+    def record_answers(self, answers: Sequence[AnswerRow]) -> None:
+        """Record answers (buffered; written within `FLUSH_INTERVAL`).
+
+        Each answer is a `CallAnswer`, or a plain tuple of its fields in that order. An
+        answer to a call already settled `pending` is a late answer: the fate stays
+        `pending`, as its result reported, but the answer is kept and the call is no longer
+        uncertain, since its effect is known now. Answers to call ids this host never
+        recorded are ignored.
+        """
+        with self._buffer_lock:
+            if self._closed:
+                raise JournalClosedError()
+            self._buffer.answers.extend(answers)
+            if not self._filled:
+                self._fill()
+
+    def settle_calls(self, fates: Sequence[FateRow]) -> None:
+        """Record the calls' fates (buffered; written within `FLUSH_INTERVAL`).
+
+        Each fate is a `CallFate`, or a plain tuple of its fields in that order. A call
+        settled `pending` with no answer becomes uncertain (`pending_at_settle`).
+        """
+        with self._buffer_lock:
+            if self._closed:
+                raise JournalClosedError()
+            self._buffer.fates.extend(fates)
+            if not self._filled:
+                self._fill()
+
+    def flush(self) -> None:
+        """Write everything buffered to SQLite now."""
+        with self._db_lock:
+            self._check_open()
+            self._commit()
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def calls(
+        self, script_id: str | None = None, uncertain: bool = False, limit: int | None = None
+    ) -> list[JournalCall]:
+        """Calls in the order they were journaled, oldest first.
+
+        `script_id` keeps one script's calls; `uncertain=True` keeps those whose effect is
+        unknown; `limit` keeps the most recent `limit` of them.
+        """
+        conditions: list[str] = []
+        parameters: list[object] = []
+        if script_id is not None:
+            # The script's calls lie in its rowid range; bounding the scan by it stands in
+            # for an index that every insert would pay for.
+            conditions.append(
+                "id > coalesce((SELECT calls_after FROM scripts WHERE script_id = ?), 0) "
+                "AND id <= coalesce((SELECT calls_up_to FROM scripts WHERE script_id = ?), "
+                "9223372036854775807) AND script_id = ?"
+            )
+            parameters += [script_id, script_id, script_id]
+        if uncertain:
+            conditions.append("uncertain_reason IS NOT NULL")
+        return self._select_calls(conditions, parameters, limit, sweep=uncertain)
+
+    def uncertain(self, shell: str | None = None) -> list[JournalCall]:
+        """Calls whose effect is unknown, oldest first, optionally of one shell name.
+
+        Pending when their script was settled and never answered since, or left in flight
+        by a host that is gone.
+        """
+        conditions = ["uncertain_reason IS NOT NULL"]
+        parameters: list[object] = []
+        if shell is not None:
+            conditions.append("shell = ?")
+            parameters.append(shell)
+        return self._select_calls(conditions, parameters, None, sweep=True)
+
+    def untold_uncertain(self, shell: str) -> list[JournalCall]:
+        """Calls of shell name `shell` left uncertain by a host that is gone, not yet told.
+
+        The runtime puts them in a note of the next result of a shell opened with that name,
+        then calls `mark_told` so the note appears once.
+        """
+        conditions = ["uncertain_reason = 'host_gone'", "shell = ?", "told_at IS NULL"]
+        return self._select_calls(conditions, [shell], None, sweep=True)
+
+    def mark_told(self, call_ids: Iterable[str]) -> None:
+        """Record that these uncertain calls of gone hosts were reported in a result."""
+        now = time.time()
+        rows = [(now, call_id) for call_id in call_ids]
+        with self._db_lock:
+            self._check_open()
+            with _Transaction(self._db):
+                self._db.executemany(
+                    "UPDATE calls SET told_at = ? WHERE call_id = ? "
+                    "AND uncertain_reason = 'host_gone' AND told_at IS NULL",
+                    rows,
+                )
+
+    def scripts(self, shell: str | None = None, limit: int | None = None) -> list[JournalScript]:
+        """Scripts in the order they started, oldest first; `limit` keeps the most recent."""
+        query = (
+            "SELECT script_id, shell, generation, started_at, ended_at, status, violation "
+            "FROM scripts"
+        )
+        parameters: list[object] = []
+        if shell is not None:
+            query += " WHERE shell = ?"
+            parameters.append(shell)
+        query += " ORDER BY rowid DESC"
+        if limit is not None:
+            query += " LIMIT ?"
+            parameters.append(limit)
+        with self._db_lock:
+            self._check_open()
+            self._commit()
+            rows = self._db.execute(query, parameters).fetchall()
+        return [JournalScript(*row) for row in reversed(rows)]
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write what is buffered and close. Calls still in flight become uncertain.
+
+        The intent files are removed once everything is committed; if that last commit
+        fails, they stay for the next host to replay, and the error is raised. Safe to call
+        more than once.
+        """
+        with self._buffer_lock:
+            if self._closed:
+                return
+            self._closed = True  # from here on, nothing more is recorded
+            self._buffer_filled.notify()
+        self._closing.set()
+        if self._flusher is not None:
+            self._flusher.join()
+        with self._db_lock:
+            try:
+                self._commit(end_host=True)
+            finally:
+                self._db.close()
+                if self._intents is not None:
+                    self._intents.close()
+            if self.path is not None:
+                _remove_intents(self.path, self.host_id)
+
+    def __enter__(self) -> Journal:
+        """Use the journal as a context manager that closes it."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Close the journal."""
+        self.close()
+
+    def _select_calls(
+        self, conditions: list[str], parameters: list[object], limit: int | None, sweep: bool
+    ) -> list[JournalCall]:
+        query = f"SELECT {_CALL_COLUMNS} FROM calls"
+        if conditions:
+            query += " WHERE " + " AND ".join(conditions)
+        query += " ORDER BY id DESC"
+        if limit is not None:
+            query += " LIMIT ?"
+            parameters = [*parameters, limit]
+        with self._db_lock:
+            self._check_open()
+            self._commit(sweep=sweep)
+            rows = self._db.execute(query, parameters).fetchall()
+        return [_journal_call(row) for row in reversed(rows)]
+
+
+def _repeated_call_id() -> ValueError:
+    return ValueError(
+        "A call id in this batch is already open in this journal (or repeated in the batch); "
+        "call ids must be unique per host. Nothing of the batch was written."
+    )
+
+
+def _journal_call(row: Any) -> JournalCall:
+    (call_id, script_id, shell, tool, args_brief, made_at, answered_at, is_error) = row[:8]
+    (answer_brief, fate, cause, reason) = row[8:]
+    return JournalCall(
+        call_id,
+        script_id,
+        shell,
+        tool,
+        args_brief,
+        made_at,
+        answered_at,
+        is_error=None if is_error is None else bool(is_error),
+        answer_brief=answer_brief,
+        fate=fate,
+        cause=cause,
+        uncertain=reason is not None,
+        uncertain_reason=reason,
+    )
+
+
+def _storable(text: str) -> str:
+    """`text` as UTF-8 can hold it: a lone surrogate (a script may well hold one, from an
+    escape in the JSON it came in) is kept as its escape, `\\ud800`, not refused."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
