@@ -36,9 +36,6 @@ from .template import Template, TemplateError, kernel_command
 OUTPUT_END_WAIT = 2.0
 """Seconds to wait, after a script ends, for its output's end marker on both pipes."""
 
-BATCH = 64
-"""Frames a burst may hold before a piece of it is written."""
-
 EXIT_STATUS_WAIT = 1.0
 """Seconds to wait for the template's word on how a forked kernel ended."""
 
@@ -48,9 +45,6 @@ CHANNEL_LOST_WAIT = 1.0
 _EAGER = sys.version_info >= (3, 12)
 """Whether tasks can run their first step at once (`eager_start`, Python 3.12)."""
 _EAGER_START: dict[str, Any] = {"eager_start": True}
-
-_MAX_ANSWER_FRAME = wire.MAX_FRAME + wire.HEADER.size
-"""The longest frame the kernel takes: its header and a body of `MAX_FRAME` bytes."""
 
 _HOST_CAUSES = ("tool_timeout", "source_gone")
 """The answers that are the host's own word that it gave up, not the handler's."""
@@ -606,7 +600,7 @@ class Interpreter:
     def _send_frame(self, channel: asyncio.Transport, frame: bytes) -> None:
         if self._outbox:
             self._outbox.append(frame)
-            if len(self._outbox) >= BATCH:
+            if len(self._outbox) >= wire.BATCH:
                 # A long burst goes out in pieces, so the kernel starts on the first
                 # answers while the rest are still being made.
                 frames, self._outbox = self._outbox, []
@@ -769,7 +763,7 @@ class Interpreter:
             except (TypeError, ValueError, RecursionError, MemoryError) as error:
                 problem = f"could not be sent as JSON ({type(error).__name__}: {error})"
             else:
-                if len(frame) <= _MAX_ANSWER_FRAME:
+                if len(frame) <= wire.LONGEST_FRAME:
                     frames.append(frame)
                     continue
                 problem = (

@@ -19,6 +19,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+DEFAULT_WINDOW = 0.001
+"""Seconds each side polls for a reply before it sleeps, unless the runtime says otherwise."""
+
+MAX_WINDOW = 0.01
+"""A window the kernel is told must be shorter than this, or it does not poll."""
+
 MISSES_BEFORE_BACKING_OFF = 4
 """Windows in a row that end with nothing come before polling is tried only now and then."""
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from .brief import brief
 from .content import from_wire
-from .wire import MAX_FRAME, encode, encode_call
+from .wire import LONGEST_FRAME, MAX_FRAME, encode, encode_call
 
 
 class ToolError(Exception):
@@ -191,7 +191,7 @@ class CallTable:
                     )
                 else:
                     frame = encode_call(n, key, args, self._script_id())
-                if len(frame) > _MAX_CALL_FRAME:
+                if len(frame) > LONGEST_FRAME:
                     refused = (
                         f"its arguments were {len(frame) / 1e6:,.0f} MB as JSON, over the "
                         f"{MAX_FRAME >> 20} MiB limit of the interpreter's channel"
@@ -414,9 +414,6 @@ class CallTable:
 
 
 _MAIN_THREAD = threading.main_thread().ident
-
-_MAX_CALL_FRAME = MAX_FRAME + 4
-"""The longest call frame the host takes: its header and a body of `MAX_FRAME` bytes."""
 
 ACK_DELAY = 0.005
 """Seconds acknowledgements may wait for a frame to travel with."""

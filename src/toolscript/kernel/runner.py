@@ -51,10 +51,10 @@ import types
 from collections.abc import Callable
 from typing import Any, NamedTuple, NoReturn
 
-from .busypoll import BusyPoll
+from .busypoll import MAX_WINDOW, BusyPoll
 from .calls import CallTable, ScriptTask, ToolError, ToolTimeout
 from .descriptors import BROKEN_EXIT, OwnDescriptors
-from .wire import ChannelReader, FrameError, FrameReader, encode
+from .wire import BATCH, ChannelReader, FrameError, FrameReader, encode
 
 _KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 _ASYNCIO_DIR = os.path.dirname(os.path.abspath(asyncio.__file__))
@@ -342,7 +342,9 @@ class Kernel:
                 error = "The script did not run: the interpreter's own descriptors were broken."
                 self._give_up(damage, {"status": "error", "error": error})
         window = message.get("busy_poll", 0.0)
-        self._selector.busy.window = window if type(window) is float and window < 0.01 else 0.0
+        self._selector.busy.window = (
+            window if type(window) is float and window < MAX_WINDOW else 0.0
+        )
         sys.stdout = self._stdout
         sys.stderr = self._stderr
         if not self._quiet:
@@ -866,9 +868,6 @@ def _format_compile_error(error: BaseException) -> str:
 
 
 _MAIN = threading.main_thread().ident or 0
-
-BATCH = 64
-"""Frames a burst may hold before a piece of it is written."""
 
 LAST_WORD_WAIT = 5.0
 """Seconds a kernel that found its descriptors broken waits, after its `done`, to be ended."""

@@ -24,7 +24,13 @@ from typing import Any
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024
-"""The largest frame either side accepts, in bytes. A larger announced length is a fault."""
+"""The largest frame body either side accepts, in bytes. A larger announced length is a fault."""
+
+LONGEST_FRAME = HEADER.size + MAX_FRAME
+"""The longest frame either side takes: its header and a body of `MAX_FRAME` bytes."""
+
+BATCH = 64
+"""Frames a burst may hold before a piece of it is written (the same on both sides)."""
 
 _dumps = json.dumps
 _loads = json.loads
