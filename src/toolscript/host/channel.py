@@ -12,7 +12,7 @@ import random
 import secrets
 import signal
 import socket
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from ..kernel import wire
 from . import codec
@@ -58,8 +58,8 @@ class Channel:
         self._reader = codec.reader()
         self._outbox: list[bytes] = []
         self._wrote_alone = False  # a frame went out alone since the kernel last spoke
-        self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self.done: asyncio.Future[dict[str, Any]] | None = None
+        self._waiters: dict[str, asyncio.Future[wire.Message]] = {}
+        self.done: asyncio.Future[wire.DoneFrame] | None = None
         """The running script's `done`, or the host's own word on its end."""
         self.script: str | None = None
         self.last_script: str | None = None
@@ -93,8 +93,8 @@ class Channel:
         )
 
     async def expect(
-        self, kind: str, timeout: float, request: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
+        self, kind: str, timeout: float, request: wire.HostFrame | None = None
+    ) -> wire.Message:
         """Send `request`, if any, and wait for the kernel's frame of `kind`.
 
         Raises `InterpreterStartError` if it does not come within `timeout` seconds.
@@ -129,7 +129,7 @@ class Channel:
 
     # -- a script's run ----------------------------------------------------------------------
 
-    def begin_script(self, script_id: str, deadline: float) -> asyncio.Future[dict[str, Any]]:
+    def begin_script(self, script_id: str, deadline: float) -> asyncio.Future[wire.DoneFrame]:
         """A script is sent now; it must end by `deadline` (loop time). Its `done`, to come."""
         self.done = self._loop.create_future()
         self.script = self.last_script = script_id
@@ -153,7 +153,7 @@ class Channel:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: wire.HostFrame) -> None:
         """Send a frame now, or with the others of this loop iteration when some are waiting.
 
         A frame alone goes at once: waiting a loop iteration to batch it costs a lone call's
@@ -218,8 +218,8 @@ class Channel:
             # asyncio and be misreported as a channel the kernel closed.
             self._broke(f"a frame the host could not handle ({type(error).__name__}: {error})")
 
-    def _handle(self, messages: list[dict[str, Any]]) -> None:
-        calls: list[dict[str, Any]] = []
+    def _handle(self, messages: list[wire.Message]) -> None:
+        calls: list[wire.Message] = []
         for message in messages:
             kind = message.get("t")
             if kind == "call":
@@ -241,7 +241,8 @@ class Channel:
                 if self.done is None or message.get("script") != self.script:
                     self._stray_done(message.get("script"))
                 if not self.done.done():
-                    self.done.set_result(message)
+                    # The kernel's claims, each field checked where it is read.
+                    self.done.set_result(cast("wire.DoneFrame", message))
                     self._watch_end(str(message["script"]))
             elif kind == "checked":
                 self._checked(message)
@@ -300,7 +301,7 @@ class Channel:
             self.send({"t": "check", "token": watch.token})
         watch.timer = self._loop.call_at(watch.deadline, self._watch_check)
 
-    def _checked(self, message: dict[str, Any]) -> None:
+    def _checked(self, message: wire.Message) -> None:
         watch = self._watch
         running = message.get("running")
         if running is not None:

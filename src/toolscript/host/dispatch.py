@@ -48,7 +48,7 @@ class Dispatcher:
         for task in list(self._tasks):
             task.cancel()
 
-    def dispatch(self, frames: list[dict[str, Any]]) -> None:
+    def dispatch(self, frames: list[wire.Message]) -> None:
         """Record call frames, refuse the ones the catalogue rejects, answer the rest."""
         todo: list[tuple[int, str, dict[str, Any]]] = []
         for n, call, args in self.ledger.made(frames):

@@ -12,8 +12,8 @@ import secrets
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from ..kernel import wire
 from ..kernel.descriptors import BROKEN_EXIT
 from .calls import CallLedger, CallReport
 from .catalogue import ToolCatalogue
@@ -61,7 +61,7 @@ class Outcome:
     """
 
     ending: str
-    report: dict[str, Any]
+    report: wire.DoneFrame
     stdout: Captured
     stderr: Captured
     calls: CallReport
@@ -198,7 +198,7 @@ class Interpreter:
             f"{secrets.token_hex(4)}-{generation}", shell, self._journal
         )
         if cwd is not None:
-            setup: dict[str, Any] = {"t": "setup", "cwd": str(cwd)}
+            setup: wire.SetupFrame = {"t": "setup", "cwd": str(cwd)}
             sandbox = self.launch.sandbox
             if sandbox is not None and cwd.parent == sandbox.shells_root:
                 setup["folder"] = cwd.name  # the sandbox's init mounts it (`kernel.init`)
@@ -266,7 +266,7 @@ class Interpreter:
         done = channel.begin_script(script_id, loop.time() + time_limit + grace)
         self.ledger.begin_script(script_id)
         busy = self.launch.busy
-        exec_frame: dict[str, Any] = {
+        exec_frame: wire.ExecFrame = {
             "t": "exec",
             "script": script_id,
             "code": code,
@@ -309,7 +309,7 @@ class Interpreter:
             self._stop_reason = reason
             await self._stop(reason, grace)
 
-    async def _stop(self, reason: str, grace: float) -> dict[str, Any]:
+    async def _stop(self, reason: str, grace: float) -> wire.DoneFrame:
         done = self._channel.done
         assert done is not None
         if not done.done() and self.alive and self.pid is not None:
@@ -325,7 +325,7 @@ class Interpreter:
             await self.kill()
         return done.result()
 
-    async def _conclude(self, report: dict[str, Any], stop_reason: str | None) -> Outcome:
+    async def _conclude(self, report: wire.DoneFrame, stop_reason: str | None) -> Outcome:
         status = str(report.get("status"))
         said = report.get("broken")
         if isinstance(said, str) and status in ("ok", "error", "stopped"):

@@ -10,7 +10,10 @@ import linecache
 import os
 import traceback
 import types
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .wire import DoneFrame
 
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 VALUE_NAME = "__toolscript_value__"
@@ -81,9 +84,9 @@ async def run_cell(cell: Cell, namespace: dict[str, Any]) -> Any:
     return value
 
 
-def ending(value: Any, error: BaseException | None, stop_reason: str | None) -> dict[str, Any]:
+def ending(value: Any, error: BaseException | None, stop_reason: str | None) -> DoneFrame:
     """How a cell ended, for the script's `done`: its value, or what it raised."""
-    report: dict[str, Any]
+    report: DoneFrame
     if stop_reason is not None:
         report = {"status": "stopped", "reason": stop_reason}
         if error is not None and not isinstance(error, (KeyboardInterrupt, asyncio.CancelledError)):

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import types
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .busypoll import MAX_WINDOW
 from .calls import CallTable, ToolError, ToolTimeout
@@ -34,6 +34,9 @@ from .loop import KernelLoop, WatchedSelector, forbid_asyncio_run, moved_socket,
 from .stop import end_what_it_started, in_internal_code, nothing_left_running
 from .streams import ScriptOutput
 from .wire import BATCH, ChannelReader, FrameError, FrameReader, encode
+
+if TYPE_CHECKING:
+    from .wire import DoneFrame, ExecFrame, SetupFrame
 
 
 class _Script:
@@ -151,6 +154,7 @@ class Kernel:
             messages = self._reader.feed(data)
         except FrameError:
             os._exit(70)  # the host itself is broken: nothing sensible is left to do
+        message: Any  # the host's frames: trusted, each of the type its kind names
         for message in messages:
             kind = message.get("t")
             if kind == "answer":
@@ -189,7 +193,7 @@ class Kernel:
         self._flush()
         return running
 
-    def _start_script(self, message: dict[str, Any]) -> None:
+    def _start_script(self, message: ExecFrame) -> None:
         previous = self._script
         if previous is not None and not previous.finished:
             # The host sends a script only after the last one's `done`, which the script
@@ -278,7 +282,7 @@ class Kernel:
             script.value = value
         self._finish(script, report)
 
-    async def _settle_stop(self, script: _Script, report: dict[str, Any]) -> None:
+    async def _settle_stop(self, script: _Script, report: DoneFrame) -> None:
         # Stop means stopped: what the script started ends with it (see `stop`).
         threads = await end_what_it_started(self.loop, self.calls, self.sandboxed, script.grace)
         if threads:
@@ -290,7 +294,7 @@ class Kernel:
         if script is not None and script.task is not None and not script.task.done():
             script.task.cancel()
 
-    def _finish(self, script: _Script, report: dict[str, Any]) -> None:
+    def _finish(self, script: _Script, report: DoneFrame) -> None:
         script.finished = True
         report["never_awaited"] = self.calls.take_never_awaited(self.namespace, (script.value,))
         script.value = None
@@ -311,7 +315,7 @@ class Kernel:
         self.post(_encode_report(report))
         self._flush()
 
-    def _give_up(self, damage: dict[int, str], report: dict[str, Any] | None = None) -> NoReturn:
+    def _give_up(self, damage: dict[int, str], report: DoneFrame | None = None) -> NoReturn:
         """The kernel's own descriptors are broken (see `descriptors`): say so in the running
         script's `done` (`report`, or one made here) if the channel still works, wait for
         the host to end this process, and exit.
@@ -406,7 +410,7 @@ class Kernel:
         failures = [[key, why] for key, why in bound.failures]
         self.post(encode({"t": "bound", "failures": failures}))
 
-    def _setup(self, message: dict[str, Any]) -> None:
+    def _setup(self, message: SetupFrame) -> None:
         error = None
         cwd = message.get("cwd")
         if self._init is not None:
@@ -474,11 +478,13 @@ class _Channel(asyncio.BufferedProtocol):
         self._kernel.channel_lost()
 
 
-def _encode_report(report: dict[str, Any]) -> bytes:
+def _encode_report(report: DoneFrame) -> bytes:
     try:
         return encode(report)
     except (TypeError, ValueError, RecursionError):
-        return encode({k: v for k, v in report.items() if k != "exit"})
+        trimmed = report.copy()
+        trimmed.pop("exit", None)  # the one field of the script's own making
+        return encode(trimmed)
 
 
 _MAIN = threading.main_thread().ident or 0
