@@ -259,7 +259,7 @@ class Interpreter:
         channel = self._channel
         marker = secrets.token_hex(8)
         # The kernel writes a start marker unless it said, when the last script ended, that
-        # nothing was left that could write before this one (see the kernel's runner).
+        # nothing was left that could write before this one (see `toolscript.kernel.stop`).
         self._stdout.begin(marker, at_start_marker=not self._quiet)
         self._stderr.begin(marker, at_start_marker=not self._quiet)
         check = channel.watching

@@ -184,7 +184,7 @@ class Kernel:
     def _answer_check(self, token: object) -> str | None:
         """Tell the host whether a script's code is still running, answering its `token`;
         returns the id of that script, or None. (The host asks after a `done`, which the
-        script may have forged: see `toolscript.host.interpreter`.)"""
+        script may have forged: see `toolscript.host.channel`.)"""
         script = self._script
         running = script.id if script is not None and not script.finished else None
         self.post(encode({"t": "checked", "token": token, "running": running}))
