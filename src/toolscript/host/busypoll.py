@@ -21,11 +21,9 @@ import os
 import weakref
 from typing import Any
 
-from ..kernel.busypoll import BusyPoll
+from ..kernel.busypoll import DEFAULT_WINDOW, MAX_WINDOW, BusyPoll
 
-DEFAULT_WINDOW = 0.001
-"""Seconds each side polls for a reply before it sleeps (a tool call's round trip on two
-cores is 0.1 to 0.3 ms when both sides poll; see bench/README.md)."""
+__all__ = ["DEFAULT_WINDOW", "MAX_WINDOW", "LoopPoll", "attach", "detach"]
 
 
 class LoopPoll:

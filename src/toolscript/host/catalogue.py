@@ -13,6 +13,7 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..kernel import wire
 from ..tools.binding import plans_for
 from ..tools.prompt import render_prompt
 from ..tools.spec import SourceGone, ToolFailure, ToolOutcome, ToolSpec
@@ -32,7 +33,7 @@ class Answer:
     value: Any = None
     message: str = ""
 
-    def to_frame(self, n: int) -> dict[str, Any]:
+    def to_frame(self, n: int) -> wire.AnswerFrame:
         if self.kind == "value":
             return {"t": "answer", "n": n, "ok": True, "value": self.value}
         error = "ToolTimeout" if self.kind == "tool_timeout" else "ToolError"

@@ -8,8 +8,6 @@ over, so what is valid for the kernel is valid here, and means the same.
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
 from ..kernel import wire
@@ -19,7 +17,7 @@ _orjson_dumps = orjson.dumps
 _pack = wire.HEADER.pack
 
 
-def encode(message: dict[str, Any]) -> bytes:
+def encode(message: wire.Frame) -> bytes:
     """One frame holding `message`."""
     try:
         body = _orjson_dumps(message)
@@ -32,7 +30,7 @@ def encode(message: dict[str, Any]) -> bytes:
     return _pack(len(body)) + body
 
 
-def decode_body(body: bytes) -> dict[str, Any]:
+def decode_body(body: bytes) -> wire.Message:
     """Decode one frame's body; any failure is a `wire.FrameError`."""
     try:
         message = _orjson_loads(body)

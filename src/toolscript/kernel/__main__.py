@@ -1,7 +1,7 @@
 """Start a kernel: `python -I -m toolscript.kernel FD [CONFIG_JSON]`.
 
 The host usually starts it with a bootstrap that loads this package from its folder under
-the private name `toolscript_kernel` (see `toolscript.host.interpreter`), so that the user's
+the private name `toolscript_kernel` (see `toolscript.host.template`), so that the user's
 Python needs nothing of toolscript installed.
 """
 

@@ -2,9 +2,9 @@
 
 Goal: a tool call's round trip close to the cost of the work itself. What fails: on a
 virtual machine, a process that sleeps in `epoll_wait` and is woken by the other side's write
-pays for the wake-up twice: tens of microseconds to wake a halted vCPU, and then its code runs
-on cold caches, which on these machines more than doubles the CPU a call costs (measured: a
-trivial asyncio round trip takes about 340 µs sleeping, 130 µs polling). What we do: when one
+pays for the wake-up twice: the wake-up of a halted vCPU, and then its code on cold caches,
+which on these machines more than doubles the CPU a call costs (bench/README.md has the
+figures). What we do: when one
 side sends something that will be answered at once (a call, an answer, a script), it polls
 its selector without sleeping for up to `window` seconds before it sleeps as usual.
 
@@ -18,6 +18,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any
+
+DEFAULT_WINDOW = 0.001
+"""Seconds each side polls for a reply before it sleeps, unless the runtime says otherwise."""
+
+MAX_WINDOW = 0.01
+"""A window the kernel is told must be shorter than this, or it does not poll."""
 
 MISSES_BEFORE_BACKING_OFF = 4
 """Windows in a row that end with nothing come before polling is tried only now and then."""

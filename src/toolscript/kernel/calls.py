@@ -28,11 +28,14 @@ import warnings
 import weakref
 from collections.abc import Callable
 from types import CoroutineType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .brief import brief
 from .content import from_wire
-from .wire import MAX_FRAME, encode, encode_call
+from .wire import LONGEST_FRAME, MAX_FRAME, encode, encode_call
+
+if TYPE_CHECKING:
+    from .wire import AckFrame, AnswerFrame, CallFrame, Unwaited
 
 
 class ToolError(Exception):
@@ -143,7 +146,7 @@ class CallTable:
         self._numbers = itertools.count(1)
         self._numbering = threading.Lock()
         self._waiting: dict[int, _Call] = {}
-        self._acks: list[list[Any]] = []  # [n, "unwaited", cause, arrived] each
+        self._acks: list[Unwaited] = []  # [n, "unwaited", cause, arrived] each
         self._seen: list[int] = []  # the numbers of calls whose answer code took
         self._ack_timer: asyncio.TimerHandle | None = None
         self._other_loops = threading.Lock()
@@ -191,7 +194,7 @@ class CallTable:
                     )
                 else:
                     frame = encode_call(n, key, args, self._script_id())
-                if len(frame) > _MAX_CALL_FRAME:
+                if len(frame) > LONGEST_FRAME:
                     refused = (
                         f"its arguments were {len(frame) / 1e6:,.0f} MB as JSON, over the "
                         f"{MAX_FRAME >> 20} MiB limit of the interpreter's channel"
@@ -274,7 +277,7 @@ class CallTable:
 
     # -- the host's side ---------------------------------------------------------------------
 
-    def deliver(self, n: int, answer: dict[str, Any]) -> None:
+    def deliver(self, n: int, answer: AnswerFrame) -> None:
         """Hand an answer from the host to the code waiting for it (on the kernel's loop)."""
         call = self._waiting.get(n)
         if call is None:
@@ -288,7 +291,7 @@ class CallTable:
                 self._waiting.pop(n, None)
                 self._unwaited(call, "cancelled")
 
-    def _deliver(self, call: _Call, answer: dict[str, Any]) -> None:
+    def _deliver(self, call: _Call, answer: AnswerFrame) -> None:
         if call.loop is not self._loop:
             with self._other_loops:
                 if call.stopped:
@@ -297,7 +300,7 @@ class CallTable:
         else:
             self._hand_over(call, answer)
 
-    def _hand_over(self, call: _Call, answer: dict[str, Any]) -> None:
+    def _hand_over(self, call: _Call, answer: AnswerFrame) -> None:
         if call.future.done():
             return
         if call.deadline is not None and call.loop.time() >= call.deadline:
@@ -334,7 +337,7 @@ class CallTable:
             # call that carries the acknowledgements leaves it be.
             self._ack_timer = self._loop.call_later(ACK_DELAY, self.flush_acks)
 
-    def _with_acks(self, message: dict[str, Any]) -> dict[str, Any]:
+    def _with_acks(self, message: CallFrame | AckFrame) -> CallFrame | AckFrame:
         if self._acks:
             message["acks"] = self._acks
         if self._seen:
@@ -414,9 +417,6 @@ class CallTable:
 
 
 _MAIN_THREAD = threading.main_thread().ident
-
-_MAX_CALL_FRAME = MAX_FRAME + 4
-"""The longest call frame the host takes: its header and a body of `MAX_FRAME` bytes."""
 
 ACK_DELAY = 0.005
 """Seconds acknowledgements may wait for a frame to travel with."""

@@ -3,22 +3,9 @@
 The main thread runs one asyncio event loop for the kernel's whole life, so tasks a script
 leaves running keep running between scripts. The loop reads the host's channel itself: a
 tool call's answer wakes the thread that waits for it directly, with no hop between threads
-(on two cores each hop costs a cross-CPU wake-up, tens of microseconds).
+(on two cores each hop costs a cross-CPU wake-up).
 
-How a stop reaches the script (goal: interrupt blocking C calls like `time.sleep`, pure-Python
-loops and awaits alike, with an exception the script can clean up after):
-
-- The host sends SIGINT. A frame could not do it: while the script blocks the main thread,
-  nothing reads the channel. A stray SIGINT (no script running, or the script already ended,
-  its `done` still on the way) is ignored; the host signals only before it has read `done`,
-  so the signal is always handled before the next script's `exec` can arrive.
-- If the main thread is idle in the selector (the script is awaiting), raising there would
-  tear the loop down, so the handler wakes the loop to cancel the script's task: the script
-  sees `CancelledError` at its `await`.
-- If the main thread is anywhere else (script code, or a C call it made), the handler raises
-  `KeyboardInterrupt` there. A handler that runs inside the kernel's own or asyncio's code
-  cancels the task instead, so the kernel's state is never torn.
-- A script that ignores both is killed by the host after the grace period.
+How a stop reaches the script, and what ends with it, is told in `stop`.
 
 One cost of reading on the loop: an answer for a call made from another thread's event loop
 waits while the script's main code blocks the main thread (`time.sleep`, `thread.join()`).
@@ -26,137 +13,30 @@ waits while the script's main code blocks the main thread (`time.sleep`, `thread
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import builtins
 import collections
 import contextlib
-import contextvars
-import fcntl
-import inspect
-import io
-import linecache
 import os
-import select
-import selectors
 import signal
 import socket
-import stat
 import sys
-import termios
 import threading
 import time
-import traceback
 import types
-from collections.abc import Callable
-from typing import Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from .busypoll import BusyPoll
-from .calls import CallTable, ScriptTask, ToolError, ToolTimeout
+from .busypoll import MAX_WINDOW
+from .calls import CallTable, ToolError, ToolTimeout
+from .cells import VALUE_NAME, Cell, compile_cell, ending, format_compile_error, run_cell
 from .descriptors import BROKEN_EXIT, OwnDescriptors
-from .wire import ChannelReader, FrameError, FrameReader, encode
+from .loop import KernelLoop, WatchedSelector, forbid_asyncio_run, moved_socket, task_factory
+from .stop import end_what_it_started, in_internal_code, nothing_left_running
+from .streams import ScriptOutput
+from .wire import BATCH, ChannelReader, FrameError, FrameReader, encode
 
-_KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
-_ASYNCIO_DIR = os.path.dirname(os.path.abspath(asyncio.__file__))
-_INTERNAL = (_KERNEL_DIR, _ASYNCIO_DIR, os.path.abspath(selectors.__file__))
-_VALUE_NAME = "__toolscript_value__"
-
-
-class _WatchedSelector(selectors.DefaultSelector):
-    """The loop's selector, which says whether the main thread is idle in it, and polls for a
-    moment before sleeping while a reply from the host is due (see `busypoll`)."""
-
-    idle = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.busy = BusyPoll()
-
-    def select(self, timeout: float | None = None) -> Any:
-        self.idle = True
-        try:
-            return self.busy.select(super().select, timeout)
-        finally:
-            self.idle = False
-
-    def move(self, own: OwnDescriptors) -> None:
-        """Move the selector's own descriptor (an epoll, a kqueue), if it has one, to the top
-        of the table; `watch` then checks it."""
-        poller: Any = getattr(self, "_selector", None)
-        fromfd = getattr(type(poller), "fromfd", None)
-        if poller is None or fromfd is None:
-            return
-        fd = own.place(poller.fileno(), _SELECTOR)
-        if fd != poller.fileno():
-            poller.close()
-            self._selector = fromfd(fd)
-
-    def watch(self, own: OwnDescriptors, wakeup: int) -> None:
-        """Have `own` check that the selector is still the loop's: every epoll has the same
-        inode, so an epoll put in its place would pass for it, but would not hold `wakeup`
-        (changing its registration to what it is raises then)."""
-        poller: Any = getattr(self, "_selector", None)
-        epoll: Any = getattr(select, "epoll", None)
-        if epoll is not None and isinstance(poller, epoll):
-            own.hold(
-                poller.fileno(), _SELECTOR, lambda: self._selector.modify(wakeup, select.EPOLLIN)
-            )
-
-
-class _KernelLoop(asyncio.SelectorEventLoop):
-    """The kernel's event loop: asyncio's, with a shorter road to `call_soon`.
-
-    Goal: a tool call costs the kernel little beyond what asyncio itself must do. What
-    fails: each call schedules three callbacks (its task's first step, its wake-up, the
-    gather's or awaiter's done callback), and asyncio's `call_soon` takes five Python calls
-    to make each one, two of them to ask whether the loop is closed or in debug mode. What
-    we do: make the same `Handle` here, in one call, and leave debug mode and a closed loop
-    to asyncio's own code, with all its checks.
-    """
-
-    def call_soon(  # type: ignore[override]
-        self,
-        callback: Callable[..., object],
-        *args: Any,
-        context: contextvars.Context | None = None,
-    ) -> asyncio.Handle:
-        loop: Any = self  # the private state of asyncio's loop, which this reads and fills
-        if loop._debug or loop._closed:
-            return super().call_soon(callback, *args, context=context)
-        handle: Any = _new_handle(asyncio.Handle)
-        handle._context = contextvars.copy_context() if context is None else context
-        handle._loop = self
-        handle._callback = callback
-        handle._args = args
-        handle._cancelled = False
-        handle._repr = None
-        handle._source_traceback = None
-        loop._ready.append(handle)
-        return handle  # type: ignore[no-any-return]
-
-    def move_wakeup(self, own: OwnDescriptors) -> int:
-        """Move the loop's wake-up socket pair to the top of the table; its reading end."""
-        loop: Any = self  # asyncio's private state: the pair and its reader
-        loop._remove_reader(loop._ssock.fileno())
-        loop._ssock = _moved_socket(loop._ssock, own, "the event loop's wake-up socket")
-        loop._csock = _moved_socket(loop._csock, own, "the event loop's wake-up socket")
-        loop._add_reader(loop._ssock.fileno(), loop._read_from_self)
-        return int(loop._ssock.fileno())
-
-
-_new_handle: Any = object.__new__
-_SELECTOR = "the event loop's selector"
-
-
-def _moved_socket(sock: socket.socket, own: OwnDescriptors, what: str) -> socket.socket:
-    fd = own.place(sock.fileno(), what)
-    if fd == sock.fileno():
-        return sock
-    blocking = sock.getblocking()
-    sock.close()
-    moved = socket.socket(fileno=fd)
-    moved.setblocking(blocking)
-    return moved
+if TYPE_CHECKING:
+    from .wire import DoneFrame, ExecFrame, SetupFrame
 
 
 class _Script:
@@ -178,7 +58,7 @@ class Kernel:
     def __init__(self, channel: socket.socket, init: socket.socket | None = None) -> None:
         # Out of a script's way, and checked (see `descriptors`).
         self._own = OwnDescriptors()
-        self._channel = _moved_socket(channel, self._own, "the channel to the host")
+        self._channel = moved_socket(channel, self._own, "the channel to the host")
         self._init = init
         """The sandbox's init, until it has set up this interpreter's folder (or None): it is
         closed before any script runs."""
@@ -186,18 +66,17 @@ class Kernel:
         """Whether this kernel is PID 2 of a PID namespace of its own (see `init`)."""
         self._transport: asyncio.Transport | None = None
         self._reader = FrameReader()
-        self._selector = _WatchedSelector()
+        self._selector = WatchedSelector()
         self._selector.move(self._own)
-        self.loop = _KernelLoop(self._selector)
+        self.loop = KernelLoop(self._selector)
         self._selector.watch(self._own, self.loop.move_wakeup(self._own))
         self._giving_up = False
         asyncio.set_event_loop(self.loop)
-        self.loop.set_task_factory(_task_factory)
+        self.loop.set_task_factory(task_factory)
         self._outbox: list[bytes] = []
         self._from_threads: collections.deque[bytes] = collections.deque()
         self._wrote_alone = False
         self._quiet = False  # no start marker is needed for the next script
-        self._pipes = _is_pipe(1) and _is_pipe(2)  # so `_unread` can tell what is unread
         self._script: _Script | None = None
         self.namespace: dict[str, Any] = {
             "__name__": "__main__",
@@ -212,11 +91,8 @@ class Kernel:
         self._tools_module.ToolTimeout = ToolTimeout  # type: ignore[attr-defined]
         sys.modules["tools"] = self._tools_module
         self.namespace["tools"] = self._tools_module
-        self._stdout = _text_stream(1)
-        self._stderr = _text_stream(2)
-        sys.stdout = self._stdout
-        sys.stderr = self._stderr
-        self._patch_asyncio_run()
+        self._output = ScriptOutput()
+        forbid_asyncio_run()
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -278,6 +154,7 @@ class Kernel:
             messages = self._reader.feed(data)
         except FrameError:
             os._exit(70)  # the host itself is broken: nothing sensible is left to do
+        message: Any  # the host's frames: trusted, each of the type its kind names
         for message in messages:
             kind = message.get("t")
             if kind == "answer":
@@ -307,7 +184,7 @@ class Kernel:
     def _answer_check(self, token: object) -> str | None:
         """Tell the host whether a script's code is still running, answering its `token`;
         returns the id of that script, or None. (The host asks after a `done`, which the
-        script may have forged: see `toolscript.host.interpreter`.)"""
+        script may have forged: see `toolscript.host.channel`.)"""
         script = self._script
         running = script.id if script is not None and not script.finished else None
         self.post(encode({"t": "checked", "token": token, "running": running}))
@@ -316,7 +193,7 @@ class Kernel:
         self._flush()
         return running
 
-    def _start_script(self, message: dict[str, Any]) -> None:
+    def _start_script(self, message: ExecFrame) -> None:
         previous = self._script
         if previous is not None and not previous.finished:
             # The host sends a script only after the last one's `done`, which the script
@@ -342,23 +219,24 @@ class Kernel:
                 error = "The script did not run: the interpreter's own descriptors were broken."
                 self._give_up(damage, {"status": "error", "error": error})
         window = message.get("busy_poll", 0.0)
-        self._selector.busy.window = window if type(window) is float and window < 0.01 else 0.0
-        sys.stdout = self._stdout
-        sys.stderr = self._stderr
+        self._selector.busy.window = (
+            window if type(window) is float and window < MAX_WINDOW else 0.0
+        )
+        self._output.install()
         if not self._quiet:
-            self._mark_output(b"\x00>" + script.marker.encode("ascii") + b"\x00")
+            self._output.mark(b"\x00>" + script.marker.encode("ascii") + b"\x00")
         try:
-            cell = _compile_cell(str(message["code"]), f"<script {script.id}>")
+            cell = compile_cell(str(message["code"]), f"<script {script.id}>")
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as error:
-            self._finish(script, {"status": "error", "error": _format_compile_error(error)})
+            self._finish(script, {"status": "error", "error": format_compile_error(error)})
             return
         if not cell.awaits:
             self._run_at_once(script, cell)
             return
-        script.task = self.loop.create_task(self._run_cell(cell))
+        script.task = self.loop.create_task(run_cell(cell, self.namespace))
         script.task.add_done_callback(lambda task: self._on_cell_done(script, task))
 
-    def _run_at_once(self, script: _Script, cell: _Cell) -> None:
+    def _run_at_once(self, script: _Script, cell: Cell) -> None:
         """Run a script with no top-level `await` here and now: it cannot wait, so it needs no
         task, and no pass of the loop to start it or to see it end.
 
@@ -375,7 +253,7 @@ class Kernel:
             if cell.statements is not None:
                 eval(cell.statements, namespace)
             if cell.value is None:
-                value = namespace.pop(_VALUE_NAME, None)
+                value = namespace.pop(VALUE_NAME, None)
             else:
                 value = eval(cell.value, namespace)
         except BaseException as error:
@@ -388,19 +266,6 @@ class Kernel:
         else:
             self._cell_ended(script, value, failed)
 
-    async def _run_cell(self, cell: _Cell) -> Any:
-        namespace = self.namespace
-        if cell.statements is not None:
-            result = eval(cell.statements, namespace)
-            if type(result) is types.CoroutineType:
-                await result
-        if cell.value is None:
-            return namespace.pop(_VALUE_NAME, None)
-        value = eval(cell.value, namespace)
-        if cell.value.co_flags & inspect.CO_COROUTINE:
-            value = await value  # the expression itself awaits something
-        return value
-
     def _on_cell_done(self, script: _Script, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
             self._cell_ended(script, None, asyncio.CancelledError())
@@ -409,48 +274,17 @@ class Kernel:
         self._cell_ended(script, None if error is not None else task.result(), error)
 
     def _cell_ended(self, script: _Script, value: Any, error: BaseException | None) -> None:
-        report: dict[str, Any]
-        if script.stop_reason is not None:
-            report = {"status": "stopped", "reason": script.stop_reason}
-            if error is not None and not isinstance(
-                error, (KeyboardInterrupt, asyncio.CancelledError)
-            ):
-                report["error"] = _format_exception(error)
-        elif isinstance(error, asyncio.CancelledError):
-            report = {"status": "error", "error": "The script's own task was cancelled."}
-        elif error is None:
-            script.value = value
-            report = {"status": "ok", "value": _safe_repr(value)}
-        elif isinstance(error, SystemExit):
-            code = error.code
-            if code is None or code == 0:
-                report = {"status": "ok", "exit": 0}
-            else:
-                report = {
-                    "status": "error",
-                    "exit": code if isinstance(code, int) else 1,
-                    "error": f"The script called sys.exit({code!r}).",
-                }
-        else:
-            report = {"status": "error", "error": _format_exception(error)}
-            if isinstance(error, MemoryError):
-                report["memory"] = True
+        report = ending(value, error, script.stop_reason)
         if script.stop_reason is not None:
             self.loop.create_task(self._settle_stop(script, report))
-        else:
-            self._finish(script, report)
+            return
+        if error is None:
+            script.value = value
+        self._finish(script, report)
 
-    async def _settle_stop(self, script: _Script, report: dict[str, Any]) -> None:
-        # Stop means stopped: tasks the script started end with it. Give them a moment to
-        # run their cleanup and tell which calls they stopped waiting for.
-        current = asyncio.current_task()
-        others = [task for task in asyncio.all_tasks(self.loop) if task is not current]
-        for task in others:
-            task.cancel()
-        self.calls.cancel_waiting()
-        if others:
-            await asyncio.wait(others, timeout=1.0)
-        threads = self._end_what_the_script_started(script.grace / 2)
+    async def _settle_stop(self, script: _Script, report: DoneFrame) -> None:
+        # Stop means stopped: what the script started ends with it (see `stop`).
+        threads = await end_what_it_started(self.loop, self.calls, self.sandboxed, script.grace)
         if threads:
             report["threads_left"] = threads
         self._finish(script, report)
@@ -460,28 +294,28 @@ class Kernel:
         if script is not None and script.task is not None and not script.task.done():
             script.task.cancel()
 
-    def _finish(self, script: _Script, report: dict[str, Any]) -> None:
+    def _finish(self, script: _Script, report: DoneFrame) -> None:
         script.finished = True
         report["never_awaited"] = self.calls.take_never_awaited(self.namespace, (script.value,))
         script.value = None
         report["t"] = "done"
         report["script"] = script.id
         self.calls.flush_acks()
-        self._quiet = report["quiet"] = self._nothing_left_running()
-        self._flush_streams()
-        if self._quiet and self._pipes and not _unread(1) and not _unread(2):
+        self._quiet = report["quiet"] = nothing_left_running(self.loop)
+        self._output.flush()
+        if self._quiet and self._output.drained():
             # Everything the script wrote has been read by the host already, and nothing
             # is left that could write more: its output ends here, no marker needed.
             report["drained"] = True
         else:
-            self._mark_output(b"\x00" + script.marker.encode("ascii") + b"\x00")
+            self._output.mark(b"\x00" + script.marker.encode("ascii") + b"\x00")
         damage = self._own.damage()
         if damage:
             self._give_up(damage, report)
         self.post(_encode_report(report))
         self._flush()
 
-    def _give_up(self, damage: dict[int, str], report: dict[str, Any] | None = None) -> NoReturn:
+    def _give_up(self, damage: dict[int, str], report: DoneFrame | None = None) -> NoReturn:
         """The kernel's own descriptors are broken (see `descriptors`): say so in the running
         script's `done` (`report`, or one made here) if the channel still works, wait for
         the host to end this process, and exit.
@@ -532,48 +366,6 @@ class Kernel:
             self._give_up(damage)
         os._exit(0)  # the host closed the channel or died: end with it
 
-    def _nothing_left_running(self) -> bool:
-        """Whether nothing the script started can run before the next script: no task, no
-        timer, no thread, no child process.
-
-        Then nothing can write to fd 1 or 2 between the two scripts, and the next script needs
-        no start marker: the host attributes what follows this script's end marker to the
-        next script at once (it learns this from `done`). A start marker costs two pipe
-        writes and two wake-ups of the host, a third of a trivial run. (A daemon the script
-        double-forked could still write at any time, during a script as well as between.)
-        """
-        current = asyncio.current_task(self.loop)
-        if any(task is not current and not task.done() for task in asyncio.all_tasks(self.loop)):
-            return False
-        if any(not handle.cancelled() for handle in self.loop._scheduled):  # type: ignore[attr-defined]
-            return False
-        if threading.active_count() > 1:
-            return False
-        try:
-            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True  # no child at all
-        except OSError:
-            return False
-        return False
-
-    def _flush_streams(self) -> None:
-        for stream in (self._stdout, self._stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-
-    def _mark_output(self, marker: bytes) -> None:
-        """Flush what Python holds for fd 1 and 2, then write `marker` to both (see the host's
-        `toolscript.host.output`: the markers say which bytes are the script's)."""
-        self._flush_streams()
-        for fd in (1, 2):
-            try:
-                os.write(fd, marker)
-            except OSError:
-                pass
-
     def _on_interrupt(self, signum: int, frame: types.FrameType | None) -> None:
         if self._giving_up:
             return
@@ -593,8 +385,7 @@ class Kernel:
         task = script.task
         if task is not None and asyncio.current_task(self.loop) is not task:
             self.loop.call_soon(self._cancel_script)  # interrupted elsewhere: it still ends
-        filename = frame.f_code.co_filename if frame is not None else ""
-        if filename.startswith(_INTERNAL):
+        if in_internal_code(frame):
             self.loop.call_soon(self._cancel_script)
             return
         raise KeyboardInterrupt
@@ -619,7 +410,7 @@ class Kernel:
         failures = [[key, why] for key, why in bound.failures]
         self.post(encode({"t": "bound", "failures": failures}))
 
-    def _setup(self, message: dict[str, Any]) -> None:
+    def _setup(self, message: SetupFrame) -> None:
         error = None
         cwd = message.get("cwd")
         if self._init is not None:
@@ -641,41 +432,6 @@ class Kernel:
         if init is None:
             return None
         return ask_setup(init, folder, cwd if isinstance(cwd, str) else None)
-
-    def _end_what_the_script_started(self, wait: float) -> int:
-        """After a stop: kill every process of this sandbox but its init and this kernel, and
-        say how many threads the script started still run after `wait` seconds (the host
-        then replaces this interpreter: a thread cannot be stopped from outside)."""
-        if self.sandboxed:
-            with contextlib.suppress(OSError):
-                os.kill(-1, signal.SIGKILL)  # spares PID 1 (the init) and the caller
-            _reap_killed_children(time.monotonic() + 0.5)
-        executor = getattr(self.loop, "_default_executor", None)
-        if executor is not None:
-            executor.shutdown(wait=False)  # its idle workers end; busy ones count below
-        deadline = time.monotonic() + max(0.0, min(wait, 1.0))
-        left = 0
-        for thread in threading.enumerate():
-            if thread is threading.main_thread():
-                continue
-            thread.join(max(0.0, deadline - time.monotonic()))
-            left += thread.is_alive()
-        return left
-
-    def _patch_asyncio_run(self) -> None:
-        original = asyncio.run
-
-        def run(main: Any, *, debug: bool | None = None) -> Any:
-            if threading.get_ident() == _MAIN:
-                if asyncio.iscoroutine(main):
-                    main.close()
-                raise RuntimeError(
-                    "asyncio.run() cannot be used here: the script already runs inside an "
-                    "event loop. Use top-level `await main()` instead."
-                )
-            return original(main, debug=debug)
-
-        asyncio.run = run
 
     # -- life --------------------------------------------------------------------------------
 
@@ -722,153 +478,16 @@ class _Channel(asyncio.BufferedProtocol):
         self._kernel.channel_lost()
 
 
-def _encode_report(report: dict[str, Any]) -> bytes:
+def _encode_report(report: DoneFrame) -> bytes:
     try:
         return encode(report)
     except (TypeError, ValueError, RecursionError):
-        return encode({k: v for k, v in report.items() if k != "exit"})
-
-
-def _reap_killed_children(deadline: float) -> None:
-    """Reap the children just killed (they take a moment to die), until none is left."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.001)
-
-
-def _is_pipe(fd: int) -> bool:
-    try:
-        return stat.S_ISFIFO(os.fstat(fd).st_mode)
-    except OSError:
-        return False
-
-
-def _unread(fd: int) -> int:
-    """Bytes written to the pipe `fd` that its reader (the host) has not read yet; a pipe's
-    write end answers FIONREAD for the whole pipe. -1 when it cannot be told."""
-    try:
-        return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
-    except OSError:
-        return -1
-
-
-def _task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
-    return ScriptTask(coro, loop=loop, **kwargs)
-
-
-def _text_stream(fd: int) -> io.TextIOWrapper:
-    return io.TextIOWrapper(
-        open(fd, "wb", buffering=1 << 16, closefd=False),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
-
-
-class _Cell(NamedTuple):
-    """A script compiled: its statements, then (when it ends with one) its last expression,
-    whose value is the script's. With `value` None, the value is left under `_VALUE_NAME`."""
-
-    statements: types.CodeType | None
-    value: types.CodeType | None
-
-    @property
-    def awaits(self) -> bool:
-        """Whether the script has a top-level `await` (so it must run in a task)."""
-        return any(
-            code is not None and code.co_flags & inspect.CO_COROUTINE
-            for code in (self.statements, self.value)
-        )
-
-
-def _compile_cell(source: str, filename: str) -> _Cell:
-    """Compile a script so that running it gives the value of its last expression.
-
-    Goal: a short script compiles in a few microseconds. What fails: turning the last
-    expression into an assignment in the syntax tree and compiling the tree, since Python
-    then converts the tree's objects back to its own (compiling "1" that way took 30 µs
-    against 7 from the text). What we do: the tree only says where the last statement
-    starts; the lines before it and the expression itself are compiled from the source text,
-    the expression padded with newlines so line numbers stay the script's own. An expression
-    that shares its line with another statement (`x = 1; x`) goes through the tree.
-    """
-    tree = ast.parse(source, filename, "exec")
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-    body = tree.body
-    if not body or not isinstance(body[-1], ast.Expr):
-        return _Cell(compile(source, filename, "exec", flags=flags), None)
-    last = body[-1]
-    if last.col_offset == 0 and (len(body) == 1 or (body[-2].end_lineno or 0) < last.lineno):
-        lines = source.splitlines(keepends=True)
-        start = last.lineno - 1
-        head = "".join(lines[:start])
-        try:
-            return _Cell(
-                compile(head, filename, "exec", flags=flags) if head.strip() else None,
-                compile("\n" * start + "".join(lines[start:]), filename, "eval", flags=flags),
-            )
-        except SyntaxError:
-            pass  # the expression's line holds more than it (`1;`): the tree can say
-    # Only the two new nodes need a location: no walk over the whole tree for it.
-    target = ast.copy_location(ast.Name(_VALUE_NAME, ast.Store()), last)
-    body[-1] = ast.copy_location(ast.Assign(targets=[target], value=last.value), last)
-    return _Cell(compile(tree, filename, "exec", flags=flags), None)
-
-
-def _safe_repr(value: Any) -> str | None:
-    if value is None:
-        return None
-    try:
-        text = repr(value)
-    except BaseException as error:
-        return f"<the value's repr failed: {type(error).__name__}: {error}>"
-    if not isinstance(text, str):
-        return f"<the value's repr returned {type(text).__name__}, not str>"
-    return text
-
-
-def _format_exception(error: BaseException) -> str:
-    tb = error.__traceback__
-    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<script"):
-        tb = tb.tb_next
-    try:
-        summary = traceback.TracebackException(type(error), error, tb)
-        _drop_internal_frames(summary)
-        return "".join(summary.format())
-    except BaseException:
-        return f"{type(error).__name__} (its traceback could not be formatted)"
-
-
-def _drop_internal_frames(summary: traceback.TracebackException) -> None:
-    # A tool's error is raised inside the kernel's call machinery; the script's reader only
-    # needs the script's own frames, so the kernel's and the bound tools' are left out.
-    seen: set[int] = set()
-    while summary is not None and id(summary) not in seen:
-        seen.add(id(summary))
-        frames = [
-            frame
-            for frame in summary.stack
-            if not frame.filename.startswith((_KERNEL_DIR, "<tool "))
-        ]
-        summary.stack = traceback.StackSummary.from_list(frames)
-        summary = summary.__cause__ or summary.__context__  # type: ignore[assignment]
-
-
-def _format_compile_error(error: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(error), error))
+        trimmed = report.copy()
+        trimmed.pop("exit", None)  # the one field of the script's own making
+        return encode(trimmed)
 
 
 _MAIN = threading.main_thread().ident or 0
-
-BATCH = 64
-"""Frames a burst may hold before a piece of it is written."""
 
 LAST_WORD_WAIT = 5.0
 """Seconds a kernel that found its descriptors broken waits, after its `done`, to be ended."""

@@ -1,4 +1,4 @@
-"""The frame codec shared by the kernel and the host.
+"""The frames between the kernel and the host: their codec, their limits, their shapes.
 
 A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON holding one
 object. Both sides batch: a reader turns whatever bytes have arrived into every complete frame
@@ -8,9 +8,12 @@ Frames are JSON as `json.dumps` writes it with its defaults: non-ASCII escaped (
 surrogates included), so every frame is valid UTF-8. The kernel encodes and decodes one frame
 per tool call each way, so both go straight to the `json` module's C encoder and scanner, made
 once: `json.dumps` builds a new C encoder for every call, and `json.loads` of bytes first
-guesses their encoding in Python (3.5 -> 1.6 µs to encode a call, 2.9 -> 0.9 µs to decode an
-answer). Anything the fast decoder does not take whole goes through `json.loads`, which
-decides.
+guesses their encoding in Python. Anything the fast decoder does not take whole goes through
+`json.loads`, which decides.
+
+What each kind of frame holds is written below as `TypedDict`s, for the type checker only.
+A frame as decoded is a `Message`: the host never takes the kernel's frames for what they
+claim to be, and checks each field where it reads it.
 """
 
 from __future__ import annotations
@@ -20,11 +23,20 @@ import json.encoder
 import json.scanner
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+Message = dict[str, Any]
+"""A frame as decoded: one JSON object, its fields unchecked."""
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024
-"""The largest frame either side accepts, in bytes. A larger announced length is a fault."""
+"""The largest frame body either side accepts, in bytes. A larger announced length is a fault."""
+
+LONGEST_FRAME = HEADER.size + MAX_FRAME
+"""The longest frame either side takes: its header and a body of `MAX_FRAME` bytes."""
+
+BATCH = 64
+"""Frames a burst may hold before a piece of it is written (the same on both sides)."""
 
 _dumps = json.dumps
 _loads = json.loads
@@ -67,11 +79,151 @@ def encode_call(n: int, tool: str, args: dict[str, Any], script: str | None) -> 
     return _pack(len(body)) + body
 
 
+# The frames' shapes. Only for the type checker: classes made at import would slow every
+# spawned kernel's start, and nothing needs them at run time.
+if TYPE_CHECKING:
+    from typing import Literal, NotRequired, Required, TypeAlias, TypedDict
+
+    # -- from the host --------------------------------------------------------------------
+
+    class ExecFrame(TypedDict):
+        """Run a script. `marker` is the nonce of its output's markers; `check`, the token of
+        the last script's end, to confirm first; `busy_poll`, the window to poll for."""
+
+        t: Literal["exec"]
+        script: str
+        code: str
+        marker: str
+        grace: float
+        check: NotRequired[str]
+        busy_poll: NotRequired[float]
+
+    class AnswerFrame(TypedDict):
+        """A call's answer: `value` when `ok`, else `error` (the exception's name) and
+        `message`."""
+
+        t: Literal["answer"]
+        n: int
+        ok: bool
+        value: NotRequired[Any]
+        error: NotRequired[str]
+        message: NotRequired[str]
+
+    class CheckFrame(TypedDict):
+        """Does the code of the script that said `done` still run? Answer with `token`."""
+
+        t: Literal["check"]
+        token: str
+
+    class BindFrame(TypedDict):
+        """Bind these tools (binding plans, made by `toolscript.tools.binding`)."""
+
+        t: Literal["bind"]
+        plans: list[dict[str, Any]]
+
+    class SetupFrame(TypedDict):
+        """Work in `cwd`; in the sandbox, `folder` is the shell's folder for the init to mount."""
+
+        t: Literal["setup"]
+        cwd: str
+        folder: NotRequired[str]
+
+    class ShutdownFrame(TypedDict):
+        t: Literal["shutdown"]
+
+    # -- from the kernel ------------------------------------------------------------------
+
+    class ReadyFrame(TypedDict):
+        t: Literal["ready"]
+        pid: int
+        python: str
+        executable: str
+
+    class BoundFrame(TypedDict):
+        """The tools bound; `failures`, `[key, why]` for each that could not be."""
+
+        t: Literal["bound"]
+        failures: list[list[str]]
+
+    class SetFrame(TypedDict):
+        """`setup` done, or the `error` that stopped it."""
+
+        t: Literal["set"]
+        error: str | None
+
+    Unwaited: TypeAlias = list[Any]
+    """`[n, "unwaited", cause, arrived]`: call `n`'s code stopped waiting first."""
+
+    class CallFrame(TypedDict):
+        """A tool call, numbered one after another. One the kernel would not send carries
+        `refused` (why) and `brief` (its arguments in short) instead of `args`. `acks` and
+        `seen` carry acknowledgements of earlier calls along."""
+
+        t: Literal["call"]
+        n: int
+        tool: str
+        args: NotRequired[dict[str, Any]]
+        script: str | None
+        refused: NotRequired[str]
+        brief: NotRequired[str]
+        acks: NotRequired[list[Unwaited]]
+        seen: NotRequired[list[int]]
+
+    class AckFrame(TypedDict, total=False):
+        """Acknowledgements alone: `seen`, the calls whose answer code took; `acks`, the
+        calls whose code stopped waiting first."""
+
+        t: Required[Literal["ack"]]
+        acks: list[Unwaited]
+        seen: list[int]
+
+    class CheckedFrame(TypedDict):
+        """The answer to `check` (or to an `exec`'s): the script still running, or None."""
+
+        t: Literal["checked"]
+        token: object
+        running: str | None
+
+    class DoneFrame(TypedDict, total=False):
+        """How a script ended. The host's own words on an end (`killed`, `crashed`, `fault`)
+        have the same shape, with only `status`."""
+
+        t: Literal["done"]
+        script: str
+        status: Required[str]
+        """`ok`, `error` or `stopped`; the host adds `killed`, `crashed`, `fault`, `broken`."""
+        value: str | None
+        """The repr of the last expression's value."""
+        error: str
+        """The traceback, or what went wrong, in words."""
+        reason: str
+        exit: int
+        """The code the script gave `sys.exit`."""
+        memory: bool
+        never_awaited: list[str]
+        quiet: bool
+        """Nothing the script started is left running: the next script needs no start
+        marker."""
+        drained: bool
+        """Both pipes were read to the end: the script's output needs no end marker."""
+        broken: str
+        """The kernel's own descriptors were broken, in words; it is ended."""
+        threads_left: int
+
+    HostFrame: TypeAlias = (
+        ExecFrame | AnswerFrame | CheckFrame | BindFrame | SetupFrame | ShutdownFrame
+    )
+    KernelFrame: TypeAlias = (
+        ReadyFrame | BoundFrame | SetFrame | CallFrame | AckFrame | CheckedFrame | DoneFrame
+    )
+    Frame: TypeAlias = HostFrame | KernelFrame
+
+
 class FrameError(Exception):
     """The peer sent bytes that are not a valid frame. The connection cannot be trusted after it."""
 
 
-def encode(message: dict[str, Any]) -> bytes:
+def encode(message: Frame) -> bytes:
     """One frame holding `message`. Raises `ValueError`/`TypeError`/`RecursionError` on bad data."""
     if _encoder is None:
         body = _dumps(message).encode("ascii")
@@ -93,13 +245,13 @@ class FrameReader:
     def __init__(
         self,
         max_frame: int = MAX_FRAME,
-        decode: Callable[[bytes], dict[str, Any]] | None = None,
+        decode: Callable[[bytes], Message] | None = None,
     ) -> None:
         self._buffer = bytearray()
         self._max_frame = max_frame
         self._decode = decode or decode_body
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[dict[str, Any]]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
         """Every message completed by `data`. `data` may be a view of the caller's receive
         buffer: nothing here keeps it past the call (a partial frame is copied)."""
         buffer = self._buffer
@@ -108,7 +260,7 @@ class FrameReader:
             view: bytes | bytearray | memoryview = buffer
         else:
             view = data  # the usual case: whole frames, read straight from what arrived
-        messages: list[dict[str, Any]] = []
+        messages: list[Message] = []
         decode = self._decode
         position = 0
         end = len(view)
@@ -137,9 +289,8 @@ class ChannelReader:
     """A receive buffer for `asyncio.BufferedProtocol`: the transport reads into it in place.
 
     A plain `Protocol` costs a fresh 256 KiB bytes object per read (asyncio's read size),
-    which the allocator maps and unmaps each time: about 16 µs per read warm, twice that cold.
-    64 KiB: each interpreter holds one on each side, and a larger one only saves reads of
-    frames that large.
+    which the allocator maps and unmaps each time. 64 KiB: each interpreter holds one on
+    each side, and a larger one only saves reads of frames that large.
     """
 
     __slots__ = ("_view",)
@@ -155,7 +306,7 @@ class ChannelReader:
         return self._view[:nbytes]
 
 
-def decode_body(body: bytes) -> dict[str, Any]:
+def decode_body(body: bytes) -> Message:
     """Decode one frame's body defensively: any failure is a `FrameError`, never another error."""
     try:
         text = body.decode("utf-8")

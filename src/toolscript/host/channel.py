@@ -1,0 +1,393 @@
+"""The host's end of one kernel's channel: frames out, batched; frames in, checked.
+
+Everything the kernel sends is untrusted. A frame that is malformed, oversized or out of place
+makes the host kill that interpreter and say why (its `fault`); it never raises in the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import secrets
+import signal
+import socket
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+from ..kernel import wire
+from . import codec
+from .busypoll import LoopPoll
+from .calls import ProtocolViolation
+from .journal import Journal, JournalClosedError
+from .process import InterpreterStartError, KernelProcess, describe_exit
+
+if TYPE_CHECKING:
+    from .dispatch import Dispatcher
+
+CHANNEL_LOST_WAIT = 1.0
+"""Seconds a kernel whose channel closed has to exit before that counts as a fault."""
+
+CHECK_DELAY = 0.05
+"""Seconds after a script's `done` before the host asks the kernel whether its code really
+ended, unless the next script (which asks too) comes first."""
+
+CHECK_WAIT = 1.0
+"""The least time, after a `done`, that the kernel has to confirm the script's end."""
+
+
+class Channel:
+    """The frames between the host and one kernel, and the running script as the host knows it.
+
+    `calls` answers the kernel's tool calls; it is set once, right after both are made.
+    """
+
+    calls: Dispatcher
+
+    def __init__(
+        self,
+        process: KernelProcess,
+        journal: Journal,
+        busy: LoopPoll | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._process = process
+        self._journal = journal
+        self._busy = busy
+        self._loop = loop
+        self._transport: asyncio.Transport | None = None
+        self._reader = codec.reader()
+        self._outbox: list[bytes] = []
+        self._wrote_alone = False  # a frame went out alone since the kernel last spoke
+        self._waiters: dict[str, asyncio.Future[wire.Message]] = {}
+        self.done: asyncio.Future[wire.DoneFrame] | None = None
+        """The running script's `done`, or the host's own word on its end."""
+        self.script: str | None = None
+        self.last_script: str | None = None
+        """The script that ran last, or runs now."""
+        self._deadline = 0.0  # when the running script's time limit and grace end
+        self._watch: _EndWatch | None = None
+        self._tokens = random.Random(secrets.randbits(128))
+        self.fault: str | None = None
+        """How the kernel broke the protocol, once it has."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether the kernel runs and has kept to the protocol."""
+        process = self._process
+        return process.started and not process.exited.is_set() and self.fault is None
+
+    @property
+    def watching(self) -> str | None:
+        """The token the kernel must answer to confirm the last script's end, if it is owed."""
+        return self._watch.token if self._watch is not None else None
+
+    async def connect(self, host_end: socket.socket) -> None:
+        """Take the host's end of the socket pair; `ready` is awaited with `expect("ready")`.
+
+        `ready` comes unasked, maybe before the connection has even returned: its waiter is
+        in place first.
+        """
+        self._waiters["ready"] = self._loop.create_future()
+        self._transport, _ = await self._loop.connect_accepted_socket(
+            lambda: _ChannelProtocol(self), sock=host_end
+        )
+
+    async def expect(
+        self, kind: str, timeout: float, request: wire.HostFrame | None = None
+    ) -> wire.Message:
+        """Send `request`, if any, and wait for the kernel's frame of `kind`.
+
+        Raises `InterpreterStartError` if it does not come within `timeout` seconds.
+        """
+        waiter = self._waiters.get(kind)
+        if waiter is None:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters[kind] = waiter
+        if request is not None:
+            self.send(request)
+        exited: asyncio.Future[Any] = asyncio.ensure_future(self._process.exited.wait())
+        try:
+            finished, _ = await asyncio.wait(
+                (waiter, exited), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            exited.cancel()
+            self._waiters.pop(kind, None)
+        if waiter in finished:
+            return waiter.result()
+        if self.fault is not None:
+            raise InterpreterStartError(f"the kernel broke the protocol: {self.fault}")
+        if self._process.exited.is_set():
+            raise InterpreterStartError(
+                f"the kernel exited during start-up ({describe_exit(self._process.returncode)})"
+            )
+        raise InterpreterStartError(f"the kernel did not answer {kind!r} within {timeout:g} s")
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- a script's run ----------------------------------------------------------------------
+
+    def begin_script(self, script_id: str, deadline: float) -> asyncio.Future[wire.DoneFrame]:
+        """A script is sent now; it must end by `deadline` (loop time). Its `done`, to come."""
+        self.done = self._loop.create_future()
+        self.script = self.last_script = script_id
+        self._deadline = deadline
+        if self._watch is not None:
+            self._watch.asked = True  # the script's `exec` asks the kernel to check
+        return self.done
+
+    def end_script(self) -> None:
+        self.script = None
+        self.done = None
+
+    def settle(self, status: str) -> None:
+        """End the running script's wait with the host's own word, unless it has ended."""
+        if self.done is not None and not self.done.done():
+            self.done.set_result({"status": status})
+
+    def kernel_exited(self) -> None:
+        self._drop_watch()
+        self.settle("crashed")
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def send(self, message: wire.HostFrame) -> None:
+        """Send a frame now, or with the others of this loop iteration when some are waiting.
+
+        A frame alone goes at once: waiting a loop iteration to batch it costs a lone call's
+        round trip another pass of the event loop on each side. Frames that come while one is
+        waiting to go (the answers of a `gather`) go together, in one write.
+        """
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        self._send_frame(transport, codec.encode(message))
+
+    def send_frames(self, frames: list[bytes]) -> None:
+        """Send frames already encoded, as `send` does."""
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            for frame in frames:
+                self._send_frame(transport, frame)
+
+    def _send_frame(self, transport: asyncio.Transport, frame: bytes) -> None:
+        if self._outbox:
+            self._outbox.append(frame)
+            if len(self._outbox) >= wire.BATCH:
+                # A long burst goes out in pieces, so the kernel starts on the first
+                # answers while the rest are still being made.
+                frames, self._outbox = self._outbox, []
+                transport.write(b"".join(frames))
+                self._loop.call_soon(self._flush)
+        elif not self._wrote_alone:
+            transport.write(frame)
+            self._wrote_alone = True
+            if self.done is not None and self._busy is not None:
+                self._busy.expect()  # the running script's kernel answers at once
+        else:
+            self._outbox.append(frame)
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        if not self._outbox:
+            return
+        if self._transport is not None and not self._transport.is_closing():
+            frames, self._outbox = self._outbox, []
+            self._transport.write(b"".join(frames))
+            if self.done is not None and self._busy is not None:
+                self._busy.expect()
+        self._outbox = []
+        self._wrote_alone = False
+
+    # -- receiving ---------------------------------------------------------------------------
+
+    def received(self, data: bytes | memoryview) -> None:
+        self._wrote_alone = False
+        try:
+            messages = self._reader.feed(data)
+            self._handle(messages)
+        except ProtocolViolation as error:
+            self._broke(str(error), error.script)
+        except (wire.FrameError, ValueError, KeyError, TypeError) as error:
+            self._broke(str(error))
+        except Exception as error:
+            # Any other failure on an untrusted frame (an ack too short to index, ...) is
+            # the kernel's fault too; let through, it would close the channel from inside
+            # asyncio and be misreported as a channel the kernel closed.
+            self._broke(f"a frame the host could not handle ({type(error).__name__}: {error})")
+
+    def _handle(self, messages: list[wire.Message]) -> None:
+        calls: list[wire.Message] = []
+        for message in messages:
+            kind = message.get("t")
+            if kind == "call":
+                if "acks" in message or "seen" in message:
+                    # The kernel's word on earlier calls, carried along: those calls may be
+                    # in this very batch, so they are registered first.
+                    if calls:
+                        self.calls.dispatch(calls)
+                        calls = []
+                    self.calls.ledger.acknowledged(message.get("acks", ()), message.get("seen", ()))
+                calls.append(message)
+                continue
+            if calls:
+                self.calls.dispatch(calls)
+                calls = []
+            if kind == "ack":
+                self.calls.ledger.acknowledged(message.get("acks", ()), message.get("seen", ()))
+            elif kind == "done":
+                if self.done is None or message.get("script") != self.script:
+                    self._stray_done(message.get("script"))
+                if not self.done.done():
+                    # The kernel's claims, each field checked where it is read.
+                    self.done.set_result(cast("wire.DoneFrame", message))
+                    self._watch_end(str(message["script"]))
+            elif kind == "checked":
+                self._checked(message)
+            elif kind in self._waiters:
+                waiter = self._waiters[kind]
+                if not waiter.done():
+                    waiter.set_result(message)
+            else:
+                raise ValueError(f"an unexpected frame of kind {str(kind)[:40]!r}")
+        if calls:
+            self.calls.dispatch(calls)
+
+    # -- what the kernel claims --------------------------------------------------------------
+
+    # Goal: a script's `done` cannot buy its code time. What fails: believing the frame. The
+    # script shares the kernel's process and can write a `done` of its own, with the right
+    # script id, and go on running: the host would report the script ended, and its code
+    # would run on past its time limit, unseen. Waiting for the kernel's own `done` (a
+    # second one) fails too: a loop that never yields never sends it. What we do: after a
+    # `done`, the host asks the kernel whether the script's code still runs, with a token
+    # the script cannot know before the host sends it (in the next `exec`, or alone after
+    # `CHECK_DELAY`). The kernel answers from its event loop, which code still running in
+    # the script's cell keeps busy, or finds the cell not finished and says so. An answer
+    # that the code still runs, or no answer by the end of the script's time limit and
+    # grace (and at least `CHECK_WAIT` after the `done`), is a protocol violation: the
+    # interpreter is killed, and the script's journal row says why. The result of the run
+    # may have gone out already; the next run then starts a fresh interpreter and says so.
+    # The honest kernel's cost is one small frame per script, answered at once. (A script
+    # that reads the channel itself and answers for the kernel is the kernel; no frame can
+    # tell it apart. The sandbox is what bounds that one.)
+
+    def _watch_end(self, script_id: str) -> None:
+        loop = self._loop
+        deadline = max(self._deadline, loop.time() + CHECK_WAIT)
+        watch = _EndWatch(script_id, f"{self._tokens.getrandbits(64):016x}", deadline)
+        if self._watch is not None and self._watch.timer is not None:
+            self._watch.timer.cancel()
+        self._watch = watch
+        watch.timer = loop.call_later(CHECK_DELAY, self._watch_check)
+
+    def _watch_check(self) -> None:
+        watch = self._watch
+        if watch is None or not self.alive or self._process.closing:
+            return
+        if self._loop.time() >= watch.deadline:
+            self._watch = None
+            self._broke(
+                f"script {watch.script} said it was done, but the interpreter did not confirm "
+                "that its code had stopped before its time limit and grace were over (the "
+                "script forged its 'done' and ran on, or left code that holds the interpreter)",
+                culprit=watch.script,
+            )
+            return
+        if not watch.asked:
+            watch.asked = True
+            self.send({"t": "check", "token": watch.token})
+        watch.timer = self._loop.call_at(watch.deadline, self._watch_check)
+
+    def _checked(self, message: wire.Message) -> None:
+        watch = self._watch
+        running = message.get("running")
+        if running is not None:
+            culprit = watch.script if watch is not None else self.last_script
+            raise ProtocolViolation(
+                f"script {culprit} said it was done while its code was still running (the "
+                "interpreter found it running when the host asked): the script forged its "
+                "'done'",
+                culprit,
+            )
+        if watch is not None and message.get("token") == watch.token:
+            self._watch = None
+            if watch.timer is not None:
+                watch.timer.cancel()
+        if self.done is not None and self._busy is not None:
+            self._busy.expect()  # the answer to an exec: the script's own frames follow
+
+    def _stray_done(self, script: object) -> NoReturn:
+        named = str(script)[:80]
+        ended = self._watch.script if self._watch is not None else self.last_script
+        if script == ended and ended != self.script:
+            raise ProtocolViolation(
+                f"a second 'done' came for script {named}: the script forged the first", ended
+            )
+        if self.script is None:
+            raise ProtocolViolation(f"a 'done' came for script {named}, but no script was running")
+        raise ProtocolViolation(
+            f"a 'done' came for script {named}, but script {self.script} was running"
+        )
+
+    def _broke(self, reason: str, culprit: str | None = None) -> None:
+        if self.fault is not None:
+            return
+        self.fault = reason
+        self._drop_watch()
+        culprit = culprit or self.script or self.last_script
+        if culprit is not None:
+            with contextlib.suppress(JournalClosedError):
+                self._journal.record_violation(culprit, reason)
+        if self._process.started:
+            self._process.signal(signal.SIGKILL)
+        self.settle("fault")
+
+    def lost(self) -> None:
+        # A kernel that dies closes its channel too, often a moment before the exit is
+        # reported: only a channel closed by a kernel that goes on living is a fault.
+        if not self._process.exited.is_set() and not self._process.closing:
+            asyncio.get_running_loop().call_later(CHANNEL_LOST_WAIT, self._lost_check)
+
+    def _lost_check(self) -> None:
+        if not self._process.exited.is_set() and not self._process.closing:
+            self._broke("it closed its channel to the host")
+
+    def _drop_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None and watch.timer is not None:
+            watch.timer.cancel()
+
+
+class _EndWatch:
+    """A script whose `done` came, and whose end the kernel has yet to confirm."""
+
+    __slots__ = ("asked", "deadline", "script", "timer", "token")
+
+    def __init__(self, script: str, token: str, deadline: float) -> None:
+        self.script = script
+        self.token = token
+        self.deadline = deadline
+        self.asked = False
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class _ChannelProtocol(asyncio.BufferedProtocol):
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+        self._buffer = wire.ChannelReader()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._channel.received(self._buffer.received(nbytes))
+
+    def eof_received(self) -> bool:
+        self._channel.lost()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._channel.lost()

@@ -1,0 +1,171 @@
+"""Answering one kernel's tool calls: check each, run its handler, journal and send its answer.
+
+The path of a call through the host is `Channel.received → Channel._handle →
+Dispatcher.dispatch → Dispatcher._answer → Channel.send_frames`: no task, no object and no
+pass of the event loop of its own for a handler that answers without waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ..kernel import wire
+from . import codec
+from .calls import CallLedger
+from .catalogue import Answer, ToolCatalogue, Waiting
+
+if TYPE_CHECKING:
+    from .channel import Channel
+
+_EAGER = sys.version_info >= (3, 12)
+"""Whether tasks can run their first step at once (`eager_start`, Python 3.12)."""
+_EAGER_START: dict[str, Any] = {"eager_start": True}
+
+_HOST_CAUSES = ("tool_timeout", "source_gone")
+"""The answers that are the host's own word that it gave up, not the handler's."""
+
+
+class Dispatcher:
+    """The calls of one kernel: recorded in `ledger`, answered from `catalogue` through
+    `channel` (set once, right after both are made)."""
+
+    channel: Channel
+
+    def __init__(
+        self, ledger: CallLedger, catalogue: ToolCatalogue, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.ledger = ledger
+        self.catalogue = catalogue
+        self._loop = loop
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def abandon(self) -> None:
+        """Cancel the handlers still running (the runtime is closing): their calls stay
+        unanswered, pending."""
+        for task in list(self._tasks):
+            task.cancel()
+
+    def dispatch(self, frames: list[wire.Message]) -> None:
+        """Record call frames, refuse the ones the catalogue rejects, answer the rest."""
+        todo: list[tuple[int, str, dict[str, Any]]] = []
+        for n, call, args in self.ledger.made(frames):
+            key = call.tool
+            problem = self.catalogue.check(key, args)
+            if problem is not None:
+                self.ledger.refuse(n, problem)
+                self.channel.send(Answer("refused", message=problem).to_frame(n))
+                continue
+            todo.append((n, key, args))
+        if todo:
+            # Its first step runs now where tasks can start eagerly (3.12): handlers that
+            # need no wait answer before this returns, without a pass of the event loop.
+            self._answer_soon(todo, 0, eager=_EAGER)
+
+    def _answer_soon(
+        self, todo: list[tuple[int, str, dict[str, Any]]], start: int, eager: bool
+    ) -> None:
+        if eager:
+            task = asyncio.Task(self._answer(todo, start), loop=self._loop, **_EAGER_START)
+            if not task.done():
+                self._tasks.add(task)
+        else:
+            self._tasks.add(self._loop.create_task(self._answer(todo, start)))
+
+    async def _answer(self, todo: list[tuple[int, str, dict[str, Any]]], start: int) -> None:
+        """Answer the calls `todo[start:]`, as many as can be in this one task.
+
+        Goal: a call costs what its handler costs, and most handlers (Python tools) answer
+        without waiting. What fails: a task per call, which costs more than such a handler
+        (its creation, a pass of the loop, its bookkeeping). What we do: run the calls'
+        handlers one after another in one task, each in its own copy of the context, as a
+        task of its own would. A handler that has to wait keeps this task, which waits for
+        it: whatever it tied to the current task in its first step (a timeout, a cancel
+        scope) is tied to the task that goes on running it. The calls after it go on in a
+        new task, at once.
+        """
+        answered: list[tuple[int, Answer]] = []  # journaled and sent together
+        begin = self.catalogue.begin
+        try:
+            for i in range(start, len(todo)):
+                n, key, args = todo[i]
+                context = contextvars.copy_context()
+                try:
+                    begun = context.run(begin, key, args)
+                except asyncio.CancelledError:
+                    # Nothing cancelled this task mid-step: the handler raised it itself.
+                    answered.append((n, _cancelled_itself(key)))
+                    continue
+                if type(begun) is Answer:
+                    answered.append((n, begun))
+                    continue
+                assert isinstance(begun, Waiting)
+                if i + 1 < len(todo):
+                    self._answer_soon(todo, i + 1, eager=False)
+                done, answered = answered, []
+                self._answered_all(done)
+                try:
+                    answer = await self.catalogue.finish(begun, context)
+                except asyncio.CancelledError:
+                    task = asyncio.current_task(self._loop)
+                    if task is None or task.cancelling():
+                        raise  # the runtime is closing: the call stays unanswered, pending
+                    answer = _cancelled_itself(key)
+                self._answered_all([(n, answer)])
+                return
+        finally:
+            if answered:
+                self._answered_all(answered)
+            # Not a done callback: that would cost every call another pass of the loop.
+            self._tasks.discard(asyncio.current_task(self._loop))
+
+    def _answered_all(self, answers: list[tuple[int, Answer]]) -> None:
+        """Journal handlers' answers, then send them.
+
+        An answer the channel cannot carry (over `wire.MAX_FRAME`, or not JSON) becomes an
+        error answer saying so: the script gets a `ToolError`, the interpreter stays.
+        """
+        encode = codec.encode
+        frames: list[bytes] = []
+        for i, (n, answer) in enumerate(answers):
+            try:
+                frame = encode(answer.to_frame(n))
+            except (TypeError, ValueError, RecursionError, MemoryError) as error:
+                problem = f"could not be sent as JSON ({type(error).__name__}: {error})"
+            else:
+                if len(frame) <= wire.LONGEST_FRAME:
+                    frames.append(frame)
+                    continue
+                problem = (
+                    f"was {len(frame) / 1e6:,.0f} MB as JSON, over the {wire.MAX_FRAME >> 20} "
+                    "MiB limit of the interpreter's channel, so it was not sent"
+                )
+            message = (
+                f"the answer of {self.ledger.tool_of(n)} {problem}. The tool ran, so its effect "
+                "happened: ask it for less at a time."
+            )
+            answer = Answer("error", message, message)
+            answers[i] = (n, answer)
+            frames.append(encode(answer.to_frame(n)))
+        self.ledger.answered_all(
+            (n, answer.kind != "value", answer.value)
+            for n, answer in answers
+            if answer.kind not in _HOST_CAUSES
+        )
+        for n, answer in answers:
+            if answer.kind in _HOST_CAUSES:
+                self.ledger.answered(n, True, None, host_cause=answer.kind)
+        self.channel.send_frames(frames)
+
+
+def _cancelled_itself(key: str) -> Answer:
+    """The answer to a call whose handler raised `CancelledError` when nothing cancelled it
+    (it awaited a task that someone cancelled, say): an error the script can see, rather than
+    a call that never answers."""
+    message = (
+        f"{key}: the tool's handler was cancelled (it raised CancelledError). It may have "
+        "taken effect in part: check before you repeat it."
+    )
+    return Answer("error", message, message)

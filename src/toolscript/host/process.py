@@ -1,0 +1,347 @@
+"""A kernel's process, seen from the host: start it, signal it, see it end.
+
+A kernel is forked from the runtime's template when there is one that serves, forked from a
+sandboxed template of its own when it must be confined and the runtime's cannot serve, and
+spawned otherwise. A forked kernel is the template's child, not the host's: its end is seen
+through a pidfd and its exit status comes from the template.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .busypoll import LoopPoll
+from .output import StreamCapture
+from .sandbox import Sandbox
+from .template import Template, TemplateError, kernel_command
+
+EXIT_STATUS_WAIT = 1.0
+"""Seconds to wait for the template's word on how a forked kernel ended."""
+
+PIPE_READ_SIZE = 64 * 1024
+"""Bytes read from an output pipe at a time."""
+
+SHUTDOWN_WAIT = 2.0
+"""Seconds to wait for a kernel to exit after `shutdown` before it is killed."""
+
+
+class InterpreterStartError(Exception):
+    """The kernel could not be started or did not become ready; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """How to start a kernel: spawned under `python`, or forked from `template` when given
+    (a template that cannot fork falls back to spawning)."""
+
+    python: str = sys.executable
+    cwd: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    limits: dict[str, int | None] = field(default_factory=dict)
+    start_timeout: float = 20.0
+    output_limit: int = 1_000_000
+    template: Template | None = None
+    preload: tuple[str, ...] = ()
+    busy: LoopPoll | None = None
+    sandbox: Sandbox | None = None
+    """Start the kernel confined (from a sandboxed template: the runtime's, or one of its
+    own when that one cannot serve)."""
+
+
+class KernelProcess:
+    """One kernel's process: its pid (and pidfd), its output pipes, its end.
+
+    The pipes feed `stdout` and `stderr`; `on_exit(returncode)` is called once, when the
+    process is seen to end.
+    """
+
+    def __init__(
+        self,
+        launch: Launch,
+        stdout: StreamCapture,
+        stderr: StreamCapture,
+        on_exit: Callable[[int | None], None],
+    ) -> None:
+        self.launch = launch
+        self.forked = False
+        self.started = False
+        self.closing = False
+        """The host is ending this kernel on purpose: its end is no fault."""
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self.exited = asyncio.Event()
+        self.pipes_closed = asyncio.Event()
+        self._stdout = stdout
+        self._stderr = stderr
+        self._on_exit = on_exit
+        self._open_pipes = 2
+        self._pidfd: int | None = None
+        self._status: asyncio.Future[int] | None = None
+        self._process: asyncio.SubprocessTransport | None = None
+        self._own_template: Template | None = None
+        self._cgroup: str | None = None
+
+    async def start(self) -> socket.socket:
+        """Start the kernel; the host's end of its channel. Raises `InterpreterStartError`."""
+        host_end = None
+        template = self.launch.template
+        if template is not None and template.alive:
+            with contextlib.suppress(TemplateError):
+                host_end = await self._fork(template)
+        if host_end is None and self.launch.sandbox is not None:
+            host_end = await self._fork_alone(self.launch.sandbox)
+        if host_end is None:
+            host_end = await self._spawn()
+        self.started = True
+        return host_end
+
+    def kernel_pid(self) -> int | None:
+        """The kernel's pid as the host sees it. (A sandboxed kernel is its init's child.)"""
+        if self.launch.sandbox is None or self.pid is None:
+            return self.pid
+        try:
+            with open(f"/proc/{self.pid}/task/{self.pid}/children") as children:
+                found = children.read().split()
+        except OSError:
+            return None
+        return int(found[0]) if found else None
+
+    async def _spawn(self) -> socket.socket:
+        loop = asyncio.get_running_loop()
+        host_end, kernel_end = socket.socketpair()
+        config = json.dumps({"limits": self.launch.limits, "preload": list(self.launch.preload)})
+        command = kernel_command(self.launch.python, "__main__", str(kernel_end.fileno()), config)
+        try:
+            transport, _ = await loop.subprocess_exec(
+                lambda: _ProcessProtocol(self),
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                pass_fds=(kernel_end.fileno(),),
+                env=self.launch.env,
+                cwd=self.launch.cwd,
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as error:
+            host_end.close()
+            raise InterpreterStartError(
+                f"the Python at {self.launch.python!r} could not be started: {error}"
+            ) from None
+        finally:
+            kernel_end.close()
+        self._process = transport
+        self.pid = transport.get_pid()
+        for fd in (1, 2):
+            _read_less(transport.get_pipe_transport(fd))
+        return host_end
+
+    async def _fork_alone(self, sandbox: Sandbox) -> socket.socket:
+        """A sandboxed kernel that cannot come from the runtime's template (there is none, or
+        it cannot serve): from a template of its own, which ends with it."""
+        launch = self.launch
+        try:
+            self._own_template = await Template.start(
+                launch.python, (), launch.env, launch.start_timeout, sandbox, alone=True
+            )
+            channel = await self._fork(self._own_template, preload=launch.preload)
+            self.forked = False  # a fresh Python of its own, as a spawned one is
+            return channel
+        except TemplateError as error:
+            if self._own_template is not None:
+                await self._own_template.close()
+            raise InterpreterStartError(error.reason) from None
+
+    async def _fork(self, template: Template, preload: tuple[str, ...] = ()) -> socket.socket:
+        """A kernel forked from the template: pipes read here, its end seen through a pidfd
+        (it is the template's child, not ours), its exit status reported by the template."""
+        loop = asyncio.get_running_loop()
+        launch = self.launch
+        extra: dict[str, Any] = {}
+        if launch.sandbox is not None:
+            self._cgroup = launch.sandbox.new_cgroup()
+            processes = launch.limits.get("processes")
+            extra = {
+                "cgroup": self._cgroup,
+                # The init counts too: the script gets the number it was given.
+                "processes": processes + 1 if processes is not None else None,
+                "preload": list(preload),
+            }
+        forked = await template.fork(
+            launch.cwd, launch.env, launch.limits, launch.start_timeout, extra
+        )
+        self.forked = True
+        self._status = forked.status
+        if forked.pidfd is not None:
+            self._pidfd = forked.pidfd
+            self.pid = _pid_of(forked.pidfd)
+        else:
+            self.pid = forked.pid
+            try:
+                self._pidfd = os.pidfd_open(forked.pid)
+            except OSError:
+                self._pidfd = None  # it is gone already; the status will say how
+        for fd, pipe in ((1, forked.stdout), (2, forked.stderr)):
+            pipe_transport, _ = await loop.connect_read_pipe(
+                lambda fd=fd: _PipeProtocol(self, fd),  # type: ignore[misc]
+                os.fdopen(pipe, "rb", buffering=0),
+            )
+            _read_less(pipe_transport)
+        if self._pidfd is None:
+            loop.call_soon(self._forked_exited)
+        else:
+            loop.add_reader(self._pidfd, self._forked_exited)
+        return forked.channel
+
+    def _forked_exited(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._pidfd is not None:
+            loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        status = self._status
+        assert status is not None
+
+        def report(_: object = None) -> None:
+            if not self.exited.is_set():
+                self.ended(status.result() if status.done() and not status.cancelled() else None)
+
+        if status.done():
+            report()
+        else:
+            status.add_done_callback(report)
+            loop.call_later(EXIT_STATUS_WAIT, report)  # the template may be gone: no status
+
+    def signal(self, signum: int) -> None:
+        """SIGINT to the kernel, or SIGKILL to it and all it started.
+
+        A sandboxed kernel is reached through its init, by pidfd (no pid can be reused under
+        us): the init forwards SIGINT, and its death ends its whole PID namespace. Otherwise
+        the kernel leads a process group, which SIGKILL ends with it.
+        """
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            if self.launch.sandbox is not None and self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, signum)
+            elif self.pid is not None and signum == signal.SIGKILL:
+                os.killpg(self.pid, signum)
+            elif self.pid is not None:
+                os.kill(self.pid, signum)
+
+    async def kill(self) -> None:
+        """SIGKILL to the kernel and everything in its process group, and wait for its end;
+        bounded. `release` then frees what it held."""
+        self.signal(signal.SIGKILL)
+        if self.started:
+            try:
+                await asyncio.wait_for(self.exited.wait(), SHUTDOWN_WAIT)
+            except TimeoutError:
+                pass
+        if self._process is not None:
+            self._process.close()
+
+    async def release(self) -> None:
+        """Close the template of its own, if it has one, and its cgroup once it has ended."""
+        if self._own_template is not None:
+            await self._own_template.close()
+        if self.launch.sandbox is not None and self.exited.is_set():
+            self.launch.sandbox.drop_cgroup(self._cgroup)
+
+    def ended(self, returncode: int | None) -> None:
+        self.returncode = returncode
+        self.exited.set()
+        self._on_exit(returncode)
+
+    def pipe_data(self, fd: int, data: bytes) -> None:
+        (self._stdout if fd == 1 else self._stderr).feed(data)
+
+    def pipe_closed(self, fd: int) -> None:
+        (self._stdout if fd == 1 else self._stderr).close()
+        self._open_pipes -= 1
+        if self._open_pipes <= 0:
+            self.pipes_closed.set()
+
+
+def describe_exit(returncode: int | None) -> str:
+    """An exit status in words: `exit code 3`, `signal 9 (SIGKILL)`."""
+    if returncode is None:
+        return "exit status unknown"
+    if returncode < 0:
+        number = -returncode
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {number} ({name})"
+    return f"exit code {returncode}"
+
+
+def _pid_of(pidfd: int) -> int | None:
+    """The pid, as this process sees it, of the process a pidfd refers to."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as info:
+            for line in info:
+                if line.startswith("Pid:"):
+                    pid = int(line.split()[1])
+                    return pid if pid > 0 else None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _read_less(transport: asyncio.BaseTransport | None) -> None:
+    """Have an output pipe's transport read `PIPE_READ_SIZE` at a time, not asyncio's 256 KiB.
+
+    The pipe transport allocates a new bytes object of its read size for each read, and at
+    256 KiB the allocator maps and unmaps it every time; every script ends with a read of its
+    end marker on both pipes. (Pipe transports take no `BufferedProtocol`; `max_size` is the
+    attribute they read the size from.)
+    """
+    if transport is not None and hasattr(transport, "max_size"):
+        transport.max_size = PIPE_READ_SIZE
+
+
+class _PipeProtocol(asyncio.Protocol):
+    def __init__(self, process: KernelProcess, fd: int) -> None:
+        self._process = process
+        self._fd = fd
+
+    def data_received(self, data: bytes) -> None:
+        self._process.pipe_data(self._fd, data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._process.pipe_closed(self._fd)
+
+
+class _ProcessProtocol(asyncio.SubprocessProtocol):
+    def __init__(self, process: KernelProcess) -> None:
+        self._process = process
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        self._process.pipe_data(fd, data if isinstance(data, bytes) else data.encode())
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._process.pipe_closed(fd)
+
+    def process_exited(self) -> None:
+        transport = self._transport
+        self._process.ended(transport.get_returncode() if transport is not None else None)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport: asyncio.SubprocessTransport | None = transport  # type: ignore[assignment]

@@ -1,0 +1,157 @@
+"""A script as a cell: compiled so its last expression's value is kept, run in the shell's
+namespace, and its end put in words for the host (status, value, traceback)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import linecache
+import os
+import traceback
+import types
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .wire import DoneFrame
+
+KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
+VALUE_NAME = "__toolscript_value__"
+
+
+class Cell(NamedTuple):
+    """A script compiled: its statements, then (when it ends with one) its last expression,
+    whose value is the script's. With `value` None, the value is left under `VALUE_NAME`."""
+
+    statements: types.CodeType | None
+    value: types.CodeType | None
+
+    @property
+    def awaits(self) -> bool:
+        """Whether the script has a top-level `await` (so it must run in a task)."""
+        return any(
+            code is not None and code.co_flags & inspect.CO_COROUTINE
+            for code in (self.statements, self.value)
+        )
+
+
+def compile_cell(source: str, filename: str) -> Cell:
+    """Compile a script so that running it gives the value of its last expression.
+
+    Goal: a short script compiles in a few microseconds. What fails: turning the last
+    expression into an assignment in the syntax tree and compiling the tree, since Python
+    then converts the tree's objects back to its own, several times slower than compiling
+    the text. What we do: the tree only says where the last statement starts; the lines
+    before it and the expression itself are compiled from the source text, the expression
+    padded with newlines so line numbers stay the script's own. An expression that shares
+    its line with another statement (`x = 1; x`) goes through the tree.
+    """
+    tree = ast.parse(source, filename, "exec")
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    body = tree.body
+    if not body or not isinstance(body[-1], ast.Expr):
+        return Cell(compile(source, filename, "exec", flags=flags), None)
+    last = body[-1]
+    if last.col_offset == 0 and (len(body) == 1 or (body[-2].end_lineno or 0) < last.lineno):
+        lines = source.splitlines(keepends=True)
+        start = last.lineno - 1
+        head = "".join(lines[:start])
+        try:
+            return Cell(
+                compile(head, filename, "exec", flags=flags) if head.strip() else None,
+                compile("\n" * start + "".join(lines[start:]), filename, "eval", flags=flags),
+            )
+        except SyntaxError:
+            pass  # the expression's line holds more than it (`1;`): the tree can say
+    # Only the two new nodes need a location: no walk over the whole tree for it.
+    target = ast.copy_location(ast.Name(VALUE_NAME, ast.Store()), last)
+    body[-1] = ast.copy_location(ast.Assign(targets=[target], value=last.value), last)
+    return Cell(compile(tree, filename, "exec", flags=flags), None)
+
+
+async def run_cell(cell: Cell, namespace: dict[str, Any]) -> Any:
+    """Run a cell that awaits, in a task; its value."""
+    if cell.statements is not None:
+        result = eval(cell.statements, namespace)
+        if type(result) is types.CoroutineType:
+            await result
+    if cell.value is None:
+        return namespace.pop(VALUE_NAME, None)
+    value = eval(cell.value, namespace)
+    if cell.value.co_flags & inspect.CO_COROUTINE:
+        value = await value  # the expression itself awaits something
+    return value
+
+
+def ending(value: Any, error: BaseException | None, stop_reason: str | None) -> DoneFrame:
+    """How a cell ended, for the script's `done`: its value, or what it raised."""
+    report: DoneFrame
+    if stop_reason is not None:
+        report = {"status": "stopped", "reason": stop_reason}
+        if error is not None and not isinstance(error, (KeyboardInterrupt, asyncio.CancelledError)):
+            report["error"] = format_exception(error)
+    elif isinstance(error, asyncio.CancelledError):
+        report = {"status": "error", "error": "The script's own task was cancelled."}
+    elif error is None:
+        report = {"status": "ok", "value": _safe_repr(value)}
+    elif isinstance(error, SystemExit):
+        code = error.code
+        if code is None or code == 0:
+            report = {"status": "ok", "exit": 0}
+        else:
+            report = {
+                "status": "error",
+                "exit": code if isinstance(code, int) else 1,
+                "error": f"The script called sys.exit({code!r}).",
+            }
+    else:
+        report = {"status": "error", "error": format_exception(error)}
+        if isinstance(error, MemoryError):
+            report["memory"] = True
+    return report
+
+
+def _safe_repr(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        text = repr(value)
+    except BaseException as error:
+        return f"<the value's repr failed: {type(error).__name__}: {error}>"
+    if not isinstance(text, str):
+        return f"<the value's repr returned {type(text).__name__}, not str>"
+    return text
+
+
+def format_exception(error: BaseException) -> str:
+    """The traceback of `error` from the script's own frames on, without the kernel's."""
+    tb = error.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<script"):
+        tb = tb.tb_next
+    try:
+        summary = traceback.TracebackException(type(error), error, tb)
+        _drop_internal_frames(summary)
+        return "".join(summary.format())
+    except BaseException:
+        return f"{type(error).__name__} (its traceback could not be formatted)"
+
+
+def _drop_internal_frames(summary: traceback.TracebackException) -> None:
+    # A tool's error is raised inside the kernel's call machinery; the script's reader only
+    # needs the script's own frames, so the kernel's and the bound tools' are left out.
+    seen: set[int] = set()
+    while summary is not None and id(summary) not in seen:
+        seen.add(id(summary))
+        frames = [
+            frame
+            for frame in summary.stack
+            if not frame.filename.startswith((KERNEL_DIR, "<tool "))
+        ]
+        summary.stack = traceback.StackSummary.from_list(frames)
+        summary = summary.__cause__ or summary.__context__  # type: ignore[assignment]
+
+
+def format_compile_error(error: BaseException) -> str:
+    """A script that did not compile, in the words Python uses for it."""
+    return "".join(traceback.format_exception_only(type(error), error))

@@ -1,0 +1,121 @@
+"""How a stop reaches the script, and what ends with it.
+
+Goal: interrupt blocking C calls like `time.sleep`, pure-Python loops and awaits alike, with
+an exception the script can clean up after; then end everything the script started.
+
+- The host sends SIGINT. A frame could not do it: while the script blocks the main thread,
+  nothing reads the channel. A stray SIGINT (no script running, or the script already ended,
+  its `done` still on the way) is ignored; the host signals only before it has read `done`,
+  so the signal is always handled before the next script's `exec` can arrive.
+- If the main thread is idle in the selector (the script is awaiting), raising there would
+  tear the loop down, so the handler wakes the loop to cancel the script's task: the script
+  sees `CancelledError` at its `await`.
+- If the main thread is anywhere else (script code, or a C call it made), the handler raises
+  `KeyboardInterrupt` there. A handler that runs inside the kernel's own or asyncio's code
+  (`in_internal_code`) cancels the task instead, so the kernel's state is never torn.
+- A script that ignores both is killed by the host after the grace period.
+- Once the script has ended, `end_what_it_started` cancels the tasks it left, kills the
+  processes it started (in the sandbox) and counts the threads that still run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import selectors
+import signal
+import threading
+import time
+import types
+from typing import TYPE_CHECKING
+
+from .cells import KERNEL_DIR
+
+if TYPE_CHECKING:
+    from .calls import CallTable
+
+_INTERNAL = (
+    KERNEL_DIR,
+    os.path.dirname(os.path.abspath(asyncio.__file__)),
+    os.path.abspath(selectors.__file__),
+)
+
+
+def in_internal_code(frame: types.FrameType | None) -> bool:
+    """Whether a signal handler interrupted the kernel's own or asyncio's code."""
+    filename = frame.f_code.co_filename if frame is not None else ""
+    return filename.startswith(_INTERNAL)
+
+
+async def end_what_it_started(
+    loop: asyncio.AbstractEventLoop, calls: CallTable, sandboxed: bool, grace: float
+) -> int:
+    """After a stop: end what the script started; the number of its threads still running.
+
+    Tasks are cancelled and given a moment to run their cleanup and tell which calls they
+    stopped waiting for. In the sandbox, every process but its init and this kernel is
+    killed. Threads cannot be stopped from outside: they are waited for `grace / 2` seconds
+    (a second at most), and the host replaces an interpreter that says some still run.
+    """
+    current = asyncio.current_task()
+    others = [task for task in asyncio.all_tasks(loop) if task is not current]
+    for task in others:
+        task.cancel()
+    calls.cancel_waiting()
+    if others:
+        await asyncio.wait(others, timeout=1.0)
+    if sandboxed:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)  # spares PID 1 (the init) and the caller
+        _reap_killed_children(time.monotonic() + 0.5)
+    executor = getattr(loop, "_default_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=False)  # its idle workers end; busy ones count below
+    deadline = time.monotonic() + max(0.0, min(grace / 2, 1.0))
+    left = 0
+    for thread in threading.enumerate():
+        if thread is threading.main_thread():
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        left += thread.is_alive()
+    return left
+
+
+def nothing_left_running(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether nothing the script started can run before the next script: no task, no
+    timer, no thread, no child process.
+
+    Then nothing can write to fd 1 or 2 between the two scripts, and the next script needs
+    no start marker: the host attributes what follows this script's end marker to the next
+    script at once (it learns this from `done`). A start marker costs two pipe writes and
+    two wake-ups of the host. (A daemon the script double-forked could still write at any
+    time, during a script as well as between.)
+    """
+    current = asyncio.current_task(loop)
+    if any(task is not current and not task.done() for task in asyncio.all_tasks(loop)):
+        return False
+    if any(not handle.cancelled() for handle in loop._scheduled):  # type: ignore[attr-defined]
+        return False
+    if threading.active_count() > 1:
+        return False
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True  # no child at all
+    except OSError:
+        return False
+    return False
+
+
+def _reap_killed_children(deadline: float) -> None:
+    """Reap the children just killed (they take a moment to die), until none is left."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.001)
