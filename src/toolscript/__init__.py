@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .background import ScriptHandle
     from .config import Settings
+    from .host.journal import Journal, JournalCall, JournalScript
     from .results import CallRecord, CallReport, ScriptResult
     from .runtime import Runtime, RuntimeClosedError
     from .shell import Shell
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 _WHERE = {
     "CallRecord": "results",
     "CallReport": "results",
+    "Journal": "host.journal",
+    "JournalCall": "host.journal",
+    "JournalScript": "host.journal",
     "Runtime": "runtime",
     "RuntimeClosedError": "runtime",
     "ScriptHandle": "background",
@@ -43,6 +47,9 @@ _WHERE = {
 __all__ = [
     "CallRecord",
     "CallReport",
+    "Journal",
+    "JournalCall",
+    "JournalScript",
     "Runtime",
     "RuntimeClosedError",
     "ScriptHandle",
