@@ -67,6 +67,15 @@ def close_inherited(keep: set[int]) -> None:
         os.closerange(low + 1, high)
 
 
+def import_preload(names: list[Any]) -> None:
+    """Import the `preload` modules; a failure is said on stderr, not fatal."""
+    for name in names:
+        try:
+            importlib.import_module(str(name))
+        except BaseException as error:
+            print(f"toolscript: preload {name!r} failed: {error!r}", file=sys.stderr)
+
+
 def main(argv: list[str]) -> None:
     fd = int(argv[0])
     close_inherited({fd})
@@ -74,11 +83,7 @@ def main(argv: list[str]) -> None:
     channel = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
     apply_limits(config.get("limits", {}))
-    for name in config.get("preload", []):
-        try:
-            importlib.import_module(str(name))
-        except BaseException as error:  # a preload failure is said, not fatal
-            print(f"toolscript: preload {name!r} failed: {error!r}", file=sys.stderr)
+    import_preload(config.get("preload", []))
     # What the kernel loaded to get here lives as long as it does: out of the collector's
     # way (as in a forked kernel, whose template froze it), so that a full collection in a
     # busy script walks the script's objects, not the standard library's.

@@ -34,7 +34,7 @@ import sys
 import threading
 from typing import Any
 
-from .__main__ import apply_limits, close_inherited
+from .__main__ import apply_limits, close_inherited, import_preload
 
 _MAX_MESSAGE = 1 << 16
 _CLONE_NEWPID = 0x20000000
@@ -213,6 +213,19 @@ def _become_sandboxed_kernel(
     init_socket = init.become_init(sandbox, request, status, [channel, out, err])
     os.setsid()  # the kernel leads its own session, as an unconfined one does
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _take_output_and_environment(out, err, request)
+    confine.lock_down()
+    apply_limits(request.get("limits", {}))
+    os.chdir("/tmp")
+    from .runner import Kernel
+
+    kernel = Kernel(socket.socket(fileno=channel), init=init_socket)
+    import_preload(request.get("preload", []))
+    kernel.serve()
+
+
+def _take_output_and_environment(out: int, err: int, request: dict[str, Any]) -> None:
+    """Make `out` and `err` the kernel's fd 1 and 2, and the request's environment its own."""
     os.dup2(out, 1)
     os.dup2(err, 2)
     os.close(out)
@@ -221,18 +234,6 @@ def _become_sandboxed_kernel(
     if isinstance(env, dict):
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in env.items()})
-    confine.lock_down()
-    apply_limits(request.get("limits", {}))
-    os.chdir("/tmp")
-    from .runner import Kernel
-
-    kernel = Kernel(socket.socket(fileno=channel), init=init_socket)
-    for name in request.get("preload", []):
-        try:
-            importlib.import_module(str(name))
-        except BaseException as error:  # a preload failure is said, not fatal
-            print(f"toolscript: preload {name!r} failed: {error!r}", file=sys.stderr)
-    kernel.serve()
 
 
 def _become_kernel(
@@ -250,17 +251,10 @@ def _become_kernel(
     control.close()
     for fd in (*wake, _selector_fd):
         os.close(fd)
-    os.dup2(out, 1)
-    os.dup2(err, 2)
-    os.close(out)
-    os.close(err)
+    _take_output_and_environment(out, err, request)
     cwd = request.get("cwd")
     if cwd:
         os.chdir(cwd)
-    env = request.get("env")
-    if isinstance(env, dict):
-        os.environ.clear()
-        os.environ.update({str(k): str(v) for k, v in env.items()})
     apply_limits(request.get("limits", {}))
     from .runner import Kernel
 
