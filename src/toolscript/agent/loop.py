@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..actions import Actions, Answer, RunRequest, no_such_tool
 from .control import ExecutionControl, StepState
 from .conversation import (
     AssistantMessage,
@@ -35,7 +36,7 @@ from .conversation import (
     UserText,
 )
 from .providers import ModelError, Provider, make_provider
-from .runtime_protocol import BackgroundShell, ScriptOutcome, ScriptRuntime, ScriptShell
+from .runtime_protocol import ScriptOutcome, ScriptRuntime
 from .terminal import TERMINAL_TOOLS, Background, Ledger, Owed
 from .tools import ACTION_TOOLS, system_prompt
 
@@ -202,7 +203,7 @@ class _TurnRun:
         self.abort_requested = False
         self.summary: str | None = None
         self.blocked: str | None = None
-        self.shell: ScriptShell | None = None
+        self.actions: Actions | None = None
         self.script_running: str | None = None
 
     # -- the clocks ------------------------------------------------------------------------
@@ -244,7 +245,8 @@ class _TurnRun:
     async def run(self) -> Turn:
         self.say(UserText(self.task))
         try:
-            self.shell = self.agent.runtime.shell()
+            runtime = self.agent.runtime
+            self.actions = Actions(runtime.shell(), max_time_limit=runtime.max_time_limit)
             prompt = system_prompt(self.agent.runtime.prompt(), self.agent.instructions)
             self.stop = await self.steps_until_stop(prompt)
         except asyncio.CancelledError:
@@ -480,10 +482,8 @@ class _TurnRun:
             return await self.run_python(call, args)
         if call.name in ("script_status", "cancel_script"):
             return await self.look_at_script(call, args)
-        names = ", ".join(tool.name for tool in ACTION_TOOLS)
-        return self.refuse(
-            call, f"There is no tool named {call.name!r}; the tools are {names}."
-        ), None
+        names = [tool.name for tool in ACTION_TOOLS]
+        return self.refuse(call, no_such_tool(call.name, names).text), None
 
     def time_limit(self, requested: float | None) -> tuple[float | None, str | None]:
         tool_timeout = self.control.tool_timeout
@@ -503,39 +503,24 @@ class _TurnRun:
     async def run_python(
         self, call: ToolCall, args: dict[str, Any]
     ) -> tuple[ToolResult, _Stop | None]:
-        code = args.get("code")
-        requested = args.get("time_limit_s")
-        background = args.get("background", False)
-        if not isinstance(code, str):
-            return self.refuse(call, "run_python was not run: `code` must be a string."), None
-        if requested is not None and (
-            not isinstance(requested, int | float) or isinstance(requested, bool) or requested <= 0
-        ):
-            return self.refuse(
-                call, "run_python was not run: `time_limit_s` must be a number above 0."
-            ), None
-        if not isinstance(background, bool):
-            return self.refuse(
-                call, "run_python was not run: `background` must be true or false."
-            ), None
-        limit, note = self.time_limit(None if requested is None else float(requested))
-        shell = self.shell
-        assert shell is not None
-        if background and not isinstance(shell, BackgroundShell):
-            return self.refuse(
-                call,
-                "run_python was not run: this runtime cannot run scripts in the background; "
-                "run it without background=true.",
-            ), None
+        actions = self.actions
+        assert actions is not None
+        request = actions.check_run(args)
+        if isinstance(request, Answer):
+            return self.refuse(call, request.text), None
+        limit, note = self.time_limit(request.time_limit)
         self.scripts += 1
-        self.emit("script_started", call_id=call.id, background=background, time_limit=limit)
-        if isinstance(shell, BackgroundShell) and background:
-            return await self.start_background(call, shell, code, limit, note), None
+        self.emit(
+            "script_started", call_id=call.id, background=request.background, time_limit=limit
+        )
+        request = RunRequest(request.code, limit, request.background)
+        if request.background:
+            return await self.start_background(call, actions, request, note), None
         bound = None if limit is None else limit + SETTLE_BOUND
         self.script_running = call.id
         try:
             async with asyncio.timeout(bound):
-                outcome = await shell.run(code, time_limit=limit)
+                answer = await actions.run(request)
         except TimeoutError:
             self.script_running = None
             return self.refuse(call, "run_python: the runtime did not answer."), _Stop(
@@ -544,8 +529,16 @@ class _TurnRun:
                 f"limit ({limit} s)",
             )
         self.script_running = None
+        return self.script_ended(call, answer, note, background=False), None
+
+    def script_ended(
+        self, call: ToolCall, answer: Answer, note: str | None, *, background: bool
+    ) -> ToolResult:
+        """The answer to a run_python call whose script ended: recorded, owed, said."""
+        outcome = answer.result
+        assert outcome is not None
         script_id = str(outcome.script_id)
-        self.record_script(call.id, script_id, outcome, background=False)
+        self.record_script(call.id, script_id, outcome, background=background)
         self.emit(
             "script_ended",
             call_id=call.id,
@@ -554,19 +547,17 @@ class _TurnRun:
             calls=dict(outcome.calls.by_fate),
         )
         self.ledger.returned(f"the result of run_python call {call.id} (script {script_id})")
-        text = outcome.text if note is None else f"({note})\n{outcome.text}"
-        return ToolResult(call.id, call.name, text, is_error=outcome.status != "ok"), None
+        text = answer.text if note is None else f"({note})\n{answer.text}"
+        return ToolResult(call.id, call.name, text, is_error=answer.is_error)
 
     async def start_background(
-        self,
-        call: ToolCall,
-        shell: BackgroundShell,
-        code: str,
-        limit: float | None,
-        note: str | None,
+        self, call: ToolCall, actions: Actions, request: RunRequest, note: str | None
     ) -> ToolResult:
         async with asyncio.timeout(SETTLE_BOUND):
-            handle = await shell.start(code, time_limit=limit)
+            answer = await actions.start(request)
+        handle = answer.handle
+        if handle is None:  # refused at once: it ended before it began
+            return self.script_ended(call, answer, note, background=True)
         script_id = str(handle.id)
         watcher = asyncio.create_task(handle.result())
         owed = Owed(f"background script {script_id}", standing="running")
@@ -578,44 +569,32 @@ class _TurnRun:
             )
         )
         self.ledger.returned(f"the answer to run_python call {call.id}")
-        text = (
-            f"Started background script {script_id}"
-            + (f" ({note})" if note else "")
-            + ". Its result will arrive as a message when it ends; "
-            f"script_status({script_id!r}) shows where it is, cancel_script({script_id!r}) "
-            "stops it."
-        )
+        text = answer.text if note is None else f"({note})\n{answer.text}"
         return ToolResult(call.id, call.name, text)
 
     async def look_at_script(
         self, call: ToolCall, args: dict[str, Any]
     ) -> tuple[ToolResult, _Stop | None]:
-        script_id = str(args.get("script_id"))
-        found = self.ledger.background.get(script_id)
-        if found is None:
-            known = ", ".join(self.ledger.background) or "none"
-            return self.refuse(
-                call, f"There is no background script {script_id!r} in this turn (known: {known})."
-            ), None
-        if call.name == "cancel_script" and found.running:
+        actions = self.actions
+        assert actions is not None
+        if call.name == "cancel_script":
             try:
                 async with asyncio.timeout(SETTLE_BOUND):
-                    outcome = await found.handle.cancel()
+                    answer = await actions.cancel_script(args)
             except TimeoutError:
                 return self.refuse(call, "cancel_script: the runtime did not answer."), _Stop(
                     "error", f"the runtime did not answer a cancel within {SETTLE_BOUND} s"
                 )
+        else:
+            answer = await actions.script_status(args)
+        found = self.ledger.background.get(answer.script_id or "")
+        if found is not None and answer.result is not None:
             await asyncio.wait([found.watcher], timeout=SETTLE_BOUND)
-            found.outcome = outcome
+            if found.outcome is None:
+                found.outcome = answer.result
+            self.take_background(found)
         self.ledger.returned(f"the answer to {call.name} call {call.id}")
-        if found.running:
-            return ToolResult(
-                call.id, call.name, f"Background script {script_id} is still running."
-            ), None
-        text = self.take_background(found)
-        return ToolResult(
-            call.id, call.name, text, is_error=found.outcome is None or found.outcome.status != "ok"
-        ), None
+        return ToolResult(call.id, call.name, answer.text, is_error=answer.is_error), None
 
     def take_background(self, found: Background) -> str:
         """The ended script's result text; from now on the model is owed nothing more for it."""
