@@ -34,6 +34,7 @@ from .host.sandbox import prepare as prepare_sandbox
 from .host.template import Template, TemplateError
 from .results import ScriptResult
 from .shell import Shell, ShellServices
+from .tools.prompt import call_name, matching_plans, render_prompt
 from .tools.spec import ToolSpec
 
 # `Shell` and `ScriptHandle` are also named here, where they were first defined.
@@ -391,9 +392,20 @@ class Runtime:
         assert self._catalogue is not None
         return self._catalogue
 
-    def prompt(self) -> str:
-        """The tool catalogue as Python stubs that compile, for a system prompt."""
-        return self.catalogue.prompt()
+    def prompt(self, matching: str | None = None) -> str:
+        """The tool catalogue as Python stubs that compile, for a system prompt.
+
+        With `matching`, only the stubs of the tools a script can call whose server, name or
+        description contains it (case-insensitive; an empty string keeps every one).
+        """
+        if matching is None:
+            return self.catalogue.prompt()
+        return render_prompt(matching_plans(self.catalogue.plans, matching))
+
+    def tool_names(self, matching: str | None = None) -> list[str]:
+        """The tools a script can call, as it calls them (`server.tool`, or `tool` at top
+        level), in the catalogue's order; with `matching`, only those `prompt` would show."""
+        return [call_name(plan) for plan in matching_plans(self.catalogue.plans, matching or "")]
 
     def shell(self, name: str | None = None) -> Shell:
         """The shell of that name (made on first use), or a new one with a fresh name."""

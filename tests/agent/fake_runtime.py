@@ -53,7 +53,7 @@ class FakeHandle:
     async def result(self) -> FakeResult:
         return await asyncio.shield(self._task)
 
-    async def cancel(self) -> FakeResult:
+    async def cancel(self, reason: str = "cancelled by the caller") -> FakeResult:
         self._task.cancel()
         return await self.result()
 
@@ -120,6 +120,7 @@ class FakeShell:
 class FakeRuntime:
     """One shell, one stub."""
 
+    max_time_limit = 600.0
     catalogue = 'async def lookup(key: str) -> str:\n    """Look a key up."""'
 
     def __init__(self) -> None:

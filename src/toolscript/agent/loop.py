@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from ..actions import Actions, no_such_tool
 from .control import ExecutionControl, TurnBudget
 from .conversation import AssistantMessage, ToolCall, ToolResult, ToolResults, UserText
 from .providers import Provider, make_provider
@@ -138,7 +139,8 @@ class _TurnRun:
     async def run(self) -> Turn:
         self.transcript.say(UserText(self.task))
         try:
-            self.scripts.shell = self.agent.runtime.shell()
+            runtime = self.agent.runtime
+            self.scripts.actions = Actions(runtime.shell(), max_time_limit=runtime.max_time_limit)
             prompt = system_prompt(self.agent.runtime.prompt(), self.agent.instructions)
             self.stop = await self.steps_until_stop(prompt)
         except asyncio.CancelledError:
@@ -289,10 +291,8 @@ class _TurnRun:
             return await self.scripts.run_python(call, args)
         if call.name in ("script_status", "cancel_script"):
             return await self.scripts.look_at_script(call, args)
-        names = ", ".join(tool.name for tool in ACTION_TOOLS)
-        return refuse(
-            self.ledger, call, f"There is no tool named {call.name!r}; the tools are {names}."
-        ), None
+        names = [tool.name for tool in ACTION_TOOLS]
+        return refuse(self.ledger, call, no_such_tool(call.name, names).text), None
 
     async def end_turn(self, call: ToolCall) -> tuple[ToolResult, Stop | None]:
         """`finish` or `block`: accepted only once the model has seen every result of the turn."""

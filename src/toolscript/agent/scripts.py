@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..actions import Actions, Answer, RunRequest
 from .control import TurnBudget
 from .conversation import ToolCall, ToolResult
-from .runtime_protocol import BackgroundShell, ScriptShell
 from .terminal import Background, Ledger, Owed
 from .transcript import Transcript
 from .turn import Emit, Stop
@@ -31,7 +31,7 @@ def refuse(ledger: Ledger, call: ToolCall, text: str) -> ToolResult:
 
 
 class TurnScripts:
-    """The scripts of one turn, run in the turn's `shell`.
+    """The scripts of one turn, run through the turn's `actions` (in its shell).
 
     `count` is how many scripts were started; `waiting_on` is the run_python call whose
     script is being awaited, if one is.
@@ -44,52 +44,37 @@ class TurnScripts:
         self.budget = budget
         self.transcript = transcript
         self.emit = emit
-        self.shell: ScriptShell | None = None
+        self.actions: Actions | None = None
         self.count = 0
         self.waiting_on: str | None = None
 
     async def run_python(
         self, call: ToolCall, args: dict[str, Any]
     ) -> tuple[ToolResult, Stop | None]:
-        """Run the call's script, in the foreground or the background, and say what it did."""
-        code = args.get("code")
-        requested = args.get("time_limit_s")
-        background = args.get("background", False)
-        if not isinstance(code, str):
-            return refuse(
-                self.ledger, call, "run_python was not run: `code` must be a string."
-            ), None
-        if requested is not None and (
-            not isinstance(requested, int | float) or isinstance(requested, bool) or requested <= 0
-        ):
-            return refuse(
-                self.ledger,
-                call,
-                "run_python was not run: `time_limit_s` must be a number above 0.",
-            ), None
-        if not isinstance(background, bool):
-            return refuse(
-                self.ledger, call, "run_python was not run: `background` must be true or false."
-            ), None
-        limit, note = self.budget.script_limit(None if requested is None else float(requested))
-        shell = self.shell
-        assert shell is not None
-        if background and not isinstance(shell, BackgroundShell):
-            return refuse(
-                self.ledger,
-                call,
-                "run_python was not run: this runtime cannot run scripts in the background; "
-                "run it without background=true.",
-            ), None
+        """Run the call's script, in the foreground or the background, and say what it did.
+
+        The arguments' rules and the words are `toolscript.actions`' (the MCP server's too);
+        the turn adds its clocks: a time limit cut to `tool_timeout` or to what is left of
+        the turn, and a bound on how long the runtime may take past it.
+        """
+        actions = self.actions
+        assert actions is not None
+        request = actions.check_run(args)
+        if isinstance(request, Answer):
+            return refuse(self.ledger, call, request.text), None
+        limit, note = self.budget.script_limit(request.time_limit)
         self.count += 1
-        self.emit("script_started", call_id=call.id, background=background, time_limit=limit)
-        if isinstance(shell, BackgroundShell) and background:
-            return await self._start_background(call, shell, code, limit, note), None
+        self.emit(
+            "script_started", call_id=call.id, background=request.background, time_limit=limit
+        )
+        request = RunRequest(request.code, limit, request.background)
+        if request.background:
+            return await self._start_background(call, actions, request, note), None
         bound = None if limit is None else limit + SETTLE_BOUND
         self.waiting_on = call.id
         try:
             async with asyncio.timeout(bound):
-                outcome = await shell.run(code, time_limit=limit)
+                answer = await actions.run(request)
         except TimeoutError:
             self.waiting_on = None
             return refuse(self.ledger, call, "run_python: the runtime did not answer."), Stop(
@@ -98,8 +83,16 @@ class TurnScripts:
                 f"limit ({limit} s)",
             )
         self.waiting_on = None
+        return self._script_ended(call, answer, note, background=False), None
+
+    def _script_ended(
+        self, call: ToolCall, answer: Answer, note: str | None, *, background: bool
+    ) -> ToolResult:
+        """The answer to a run_python call whose script ended: recorded, owed, said."""
+        outcome = answer.result
+        assert outcome is not None
         script_id = str(outcome.script_id)
-        self.transcript.record_script(call.id, script_id, outcome, background=False)
+        self.transcript.record_script(call.id, script_id, outcome, background=background)
         self.emit(
             "script_ended",
             call_id=call.id,
@@ -108,41 +101,33 @@ class TurnScripts:
             calls=dict(outcome.calls.by_fate),
         )
         self.ledger.returned(f"the result of run_python call {call.id} (script {script_id})")
-        text = outcome.text if note is None else f"({note})\n{outcome.text}"
-        return ToolResult(call.id, call.name, text, is_error=outcome.status != "ok"), None
+        text = answer.text if note is None else f"({note})\n{answer.text}"
+        return ToolResult(call.id, call.name, text, is_error=answer.is_error)
 
     async def look_at_script(
         self, call: ToolCall, args: dict[str, Any]
     ) -> tuple[ToolResult, Stop | None]:
         """`script_status` or `cancel_script` of a background script of this turn."""
-        script_id = str(args.get("script_id"))
-        found = self.ledger.background.get(script_id)
-        if found is None:
-            known = ", ".join(self.ledger.background) or "none"
-            return refuse(
-                self.ledger,
-                call,
-                f"There is no background script {script_id!r} in this turn (known: {known}).",
-            ), None
-        if call.name == "cancel_script" and found.running:
+        actions = self.actions
+        assert actions is not None
+        if call.name == "cancel_script":
             try:
                 async with asyncio.timeout(SETTLE_BOUND):
-                    outcome = await found.handle.cancel()
+                    answer = await actions.cancel_script(args)
             except TimeoutError:
                 return refuse(
                     self.ledger, call, "cancel_script: the runtime did not answer."
                 ), Stop("error", f"the runtime did not answer a cancel within {SETTLE_BOUND} s")
+        else:
+            answer = await actions.script_status(args)
+        found = self.ledger.background.get(answer.script_id or "")
+        if found is not None and answer.result is not None:
             await asyncio.wait([found.watcher], timeout=SETTLE_BOUND)
-            found.outcome = outcome
+            if found.outcome is None:
+                found.outcome = answer.result
+            self._take(found)
         self.ledger.returned(f"the answer to {call.name} call {call.id}")
-        if found.running:
-            return ToolResult(
-                call.id, call.name, f"Background script {script_id} is still running."
-            ), None
-        text = self._take(found)
-        return ToolResult(
-            call.id, call.name, text, is_error=found.outcome is None or found.outcome.status != "ok"
-        ), None
+        return ToolResult(call.id, call.name, answer.text, is_error=answer.is_error), None
 
     def collect_background(self) -> list[str]:
         """The results of background scripts that ended since the last look, as notes."""
@@ -179,15 +164,13 @@ class TurnScripts:
             found.watcher.cancel()
 
     async def _start_background(
-        self,
-        call: ToolCall,
-        shell: BackgroundShell,
-        code: str,
-        limit: float | None,
-        note: str | None,
+        self, call: ToolCall, actions: Actions, request: RunRequest, note: str | None
     ) -> ToolResult:
         async with asyncio.timeout(SETTLE_BOUND):
-            handle = await shell.start(code, time_limit=limit)
+            answer = await actions.start(request)
+        handle = answer.handle
+        if handle is None:  # refused at once: it ended before it began
+            return self._script_ended(call, answer, note, background=True)
         script_id = str(handle.id)
         watcher = asyncio.create_task(handle.result())
         owed = Owed(f"background script {script_id}", standing="running")
@@ -199,13 +182,7 @@ class TurnScripts:
             )
         )
         self.ledger.returned(f"the answer to run_python call {call.id}")
-        text = (
-            f"Started background script {script_id}"
-            + (f" ({note})" if note else "")
-            + ". Its result will arrive as a message when it ends; "
-            f"script_status({script_id!r}) shows where it is, cancel_script({script_id!r}) "
-            "stops it."
-        )
+        text = answer.text if note is None else f"({note})\n{answer.text}"
         return ToolResult(call.id, call.name, text)
 
     def _take(self, found: Background) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..actions import run_python_schema, script_id_schema
 from .conversation import ActionTool
 
 RUN_PYTHON = ActionTool(
@@ -14,41 +15,19 @@ RUN_PYTHON = ActionTool(
         "background=true the call returns at once with the script's id, and the script's "
         "result arrives as a message when it ends."
     ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "code": {"type": "string", "description": "The Python code to run."},
-            "time_limit_s": {
-                "type": "number",
-                "description": "Seconds the script may run before it is stopped.",
-            },
-            "background": {
-                "type": "boolean",
-                "description": "Start the script and return at once.",
-            },
-        },
-        "required": ["code"],
-    },
+    input_schema=run_python_schema(),
 )
 
 SCRIPT_STATUS = ActionTool(
     name="script_status",
     description="Whether a background script is still running, and its result if it ended.",
-    input_schema={
-        "type": "object",
-        "properties": {"script_id": {"type": "string"}},
-        "required": ["script_id"],
-    },
+    input_schema=script_id_schema(),
 )
 
 CANCEL_SCRIPT = ActionTool(
     name="cancel_script",
     description="Stop a background script and show its result.",
-    input_schema={
-        "type": "object",
-        "properties": {"script_id": {"type": "string"}},
-        "required": ["script_id"],
-    },
+    input_schema=script_id_schema(),
 )
 
 FINISH = ActionTool(

@@ -8,10 +8,7 @@ not pay for all their signatures in every request.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..runtime import Runtime
-from ..tools.prompt import render_prompt
 
 __all__ = [
     "NAMES_LIMIT",
@@ -71,16 +68,16 @@ def run_python_description(runtime: Runtime, *, keep_results_for: float) -> str:
     )
     parts = [how, _failures(runtime)]
     prompt = runtime.prompt()
-    plans = _bound_plans(runtime)
-    if not plans:
+    names = runtime.tool_names()
+    if not names:
         parts.append("No tools are connected: the code can still compute, read and write files.")
     elif len(prompt) <= STUBS_LIMIT:
         parts.append("The tools, as Python stubs:\n```python\n" + prompt.rstrip() + "\n```")
     else:
         parts.append(
-            f"There are {len(plans)} tools, too many to describe here. Call list_tools with a "
+            f"There are {len(names)} tools, too many to describe here. Call list_tools with a "
             "word, a server or a tool name to read the signatures and descriptions of the "
-            "matching ones, or run `help(server_name.tool_name)` in a script.\n" + _names(plans)
+            "matching ones, or run `help(server_name.tool_name)` in a script.\n" + _names(names)
         )
     return "\n\n".join(part for part in parts if part)
 
@@ -96,32 +93,17 @@ def list_tools_description() -> str:
 
 def matching_stubs(runtime: Runtime, query: str) -> tuple[str, int]:
     """The stubs of the tools matching `query`, and how many matched."""
-    words = query.strip().lower()
-    chosen = [
-        plan
-        for plan in _bound_plans(runtime)
-        if not words
-        or any(
-            words in str(plan.get(field) or "").lower()
-            for field in ("server", "name", "namespace", "function", "doc")
-        )
-    ]
-    if not chosen:
+    count = len(runtime.tool_names(query))
+    if count == 0:
         return "", 0
-    return render_prompt(chosen), len(chosen)
+    return runtime.prompt(query), count
 
 
-def _bound_plans(runtime: Runtime) -> list[dict[str, Any]]:
-    return [plan for plan in runtime.catalogue.plans if "error" not in plan]
-
-
-def _names(plans: list[dict[str, Any]]) -> str:
+def _names(names: list[str]) -> str:
     by_namespace: dict[str, list[str]] = {}
-    for plan in plans:
-        namespace = plan.get("namespace")
-        by_namespace.setdefault("" if namespace is None else str(namespace), []).append(
-            str(plan.get("function"))
-        )
+    for name in names:
+        namespace, _, function = name.rpartition(".")
+        by_namespace.setdefault(namespace, []).append(function)
     lines = [
         (f"{namespace}: " if namespace else "top level: ") + ", ".join(functions)
         for namespace, functions in by_namespace.items()

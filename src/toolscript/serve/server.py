@@ -44,6 +44,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp
 
 from .. import ScriptResult
+from ..actions import Answer, no_such_tool, run_python_schema, script_id_schema
 from ..runtime import Runtime
 from .auth import BearerTokenGate
 from .description import (
@@ -273,27 +274,10 @@ class ToolscriptServer:
                 description=run_python_description(
                     self.runtime, keep_results_for=self.keep_results_for
                 ),
-                input_schema={
-                    "type": "object",
-                    "properties": {
-                        "code": {"type": "string", "description": "The Python code to run."},
-                        "time_limit_s": {
-                            "type": ["number", "null"],
-                            "exclusiveMinimum": 0,
-                            "description": "Seconds before the script is stopped "
-                            f"(default {self.runtime.default_time_limit:g}, "
-                            f"at most {self.runtime.max_time_limit:g}).",
-                        },
-                        "background": {
-                            "type": "boolean",
-                            "default": False,
-                            "description": "Start it in the background and return its "
-                            "script_id at once.",
-                        },
-                    },
-                    "required": ["code"],
-                    "additionalProperties": False,
-                },
+                input_schema=run_python_schema(
+                    default_time_limit=self.runtime.default_time_limit,
+                    max_time_limit=self.runtime.max_time_limit,
+                ),
                 annotations=types.ToolAnnotations(
                     title="Run Python", destructive_hint=True, open_world_hint=True
                 ),
@@ -304,7 +288,7 @@ class ToolscriptServer:
                 description="The status of a background script started by run_python with "
                 "background=true: still running (and for how long), or its full result, in "
                 "the same shape as run_python's.",
-                input_schema=_script_id_schema(),
+                input_schema=script_id_schema(),
                 annotations=types.ToolAnnotations(read_only_hint=True),
             ),
             types.Tool(
@@ -313,7 +297,7 @@ class ToolscriptServer:
                 description="Stop a background script (an interrupt, then a kill if it does "
                 "not stop) and return its result, in the same shape as run_python's. Tool "
                 "calls it had in flight may still take effect: the result says which.",
-                input_schema=_script_id_schema(),
+                input_schema=script_id_schema(),
                 annotations=types.ToolAnnotations(destructive_hint=True, idempotent_hint=True),
             ),
         ]
@@ -364,110 +348,58 @@ class ToolscriptServer:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         if self._stopping:
-            return _refusal("toolscript serve is shutting down; nothing was run.")
+            return _content(Answer.refusal("toolscript serve is shutting down; nothing was run."))
         arguments = params.arguments or {}
         session = self._session_for(ctx)
         if params.name == "run_python":
             return await self._run_python(ctx, session, arguments)
-        if params.name in ("script_status", "cancel_script"):
-            script_id = arguments.get("script_id")
-            if not isinstance(script_id, str) or not script_id:
-                return _refusal(f"{params.name} needs script_id, the id run_python gave.")
-            found = session.find(script_id)
-            if found is None:
-                return _refusal(
-                    f"There is no background script {script_id!r} in this session. Results "
-                    f"are kept {self.keep_results_for / 60:g} minutes after a script ends "
-                    f"(the last {self.keep_results}), and only in the session that started it."
-                )
-            handle, running_for = found
-            if params.name == "cancel_script":
-                result = await handle.cancel("cancelled by the MCP client (cancel_script)")
-                session.ended(script_id)
-                return _result_content(result)
-            if handle.status() == "running":
-                return types.CallToolResult(
-                    content=[
-                        types.TextContent(
-                            text=f"Script {script_id} is still running ({running_for:.1f} s "
-                            "so far). Ask again later, or stop it with cancel_script."
-                        )
-                    ],
-                    structured_content={
-                        "script_id": script_id,
-                        "status": "running",
-                        "running_for": round(running_for, 3),
-                    },
-                )
-            return _result_content(await handle.result())
+        if params.name == "script_status":
+            return _content(await session.actions.script_status(arguments))
+        if params.name == "cancel_script":
+            return _content(await session.actions.cancel_script(arguments))
         if params.name == "list_tools":
             query = arguments.get("query", "")
             if not isinstance(query, str):
-                return _refusal("query must be a string.")
+                return _content(Answer.refusal("list_tools was not run: `query` must be a string."))
             stubs, count = matching_stubs(self.runtime, query)
             if count == 0:
-                return _refusal(f"No tool matches {query!r}; try a shorter word or a server.")
+                return _content(
+                    Answer.refusal(f"No tool matches {query!r}; try a shorter word or a server.")
+                )
             return types.CallToolResult(
                 content=[types.TextContent(text=stubs)],
                 structured_content={"matched": count, "stubs": stubs},
             )
-        return _refusal(f"There is no tool {params.name!r} here.")
+        return _content(no_such_tool(params.name, [tool.name for tool in self._tools]))
 
     async def _run_python(
         self, ctx: ServerRequestContext[Any], session: Session, arguments: dict[str, Any]
     ) -> types.CallToolResult:
-        code = arguments.get("code")
-        time_limit = arguments.get("time_limit_s")
-        background = arguments.get("background", False)
-        unknown = sorted(set(arguments) - {"code", "time_limit_s", "background"})
-        if unknown:
-            return _refusal(f"run_python takes code, time_limit_s and background, not {unknown}.")
-        if not isinstance(code, str):
-            return _refusal("run_python needs code, a string of Python source.")
-        if time_limit is not None and (
-            isinstance(time_limit, bool) or not isinstance(time_limit, int | float)
-        ):
-            return _refusal("time_limit_s must be a number of seconds, or null.")
-        if not isinstance(background, bool):
-            return _refusal("background must be true or false.")
-        limit = None if time_limit is None else float(time_limit)
-        shell = session.shell
-        if not background:
-            stopping = session.abandoned
-            if stopping is not None and not stopping.done():
-                # The client gave up on this session's last run, which is being stopped (an
-                # interrupt, then a kill after the grace period). A run that follows at once
-                # waits for that, rather than being refused as a second script in the shell.
-                await asyncio.wait({stopping}, timeout=self.runtime.grace + ABANDONED_STOP_MARGIN)
-            run = shell.run(code, time_limit=limit)
-            return _result_content(await self._with_progress(ctx, run, limit, session))
+        request = session.actions.check_run(arguments)
+        if isinstance(request, Answer):
+            return _content(request)
+        if request.background:
 
-        async def ended(result: ScriptResult) -> None:
-            await self._background_ended(session, result)
+            async def ended(result: ScriptResult) -> None:
+                await self._background_ended(session, result)
 
-        handle = await shell.start(code, time_limit=limit, on_done=ended)
-        session.track(handle)
-        if handle.status() != "running":  # refused before it began
-            return _result_content(await handle.result())
-        return types.CallToolResult(
-            content=[
-                types.TextContent(
-                    text=f"Started background script {handle.id}. It runs in an interpreter of "
-                    "its own, beside this session. You will be notified when it ends; ask "
-                    f'for its result with script_status(script_id="{handle.id}"), or stop it '
-                    "with cancel_script."
-                )
-            ],
-            structured_content={"script_id": handle.id, "status": "running", "background": True},
-        )
+            return _content(await session.actions.start(request, on_done=ended))
+        stopping = session.abandoned
+        if stopping is not None and not stopping.done():
+            # The client gave up on this session's last run, which is being stopped (an
+            # interrupt, then a kill after the grace period). A run that follows at once
+            # waits for that, rather than being refused as a second script in the shell.
+            await asyncio.wait({stopping}, timeout=self.runtime.grace + ABANDONED_STOP_MARGIN)
+        run = session.actions.run(request)
+        return _content(await self._with_progress(ctx, run, request.time_limit, session))
 
     async def _with_progress(
         self,
         ctx: ServerRequestContext[Any],
-        run: Coroutine[Any, Any, ScriptResult],
+        run: Coroutine[Any, Any, Answer],
         limit: float | None,
         session: Session,
-    ) -> ScriptResult:
+    ) -> Answer:
         """Await a run, reporting progress while it lasts; a cancelled request stops it."""
         task = asyncio.ensure_future(run)
         self._keep(task)
@@ -493,7 +425,6 @@ class ToolscriptServer:
                 session.abandoned = task
 
     async def _background_ended(self, session: Session, result: ScriptResult) -> None:
-        session.ended(result.script_id)
         await session.notify(
             "notifications/message",
             {
@@ -541,6 +472,7 @@ class ToolscriptServer:
         name = f"mcp-{label or next(self._numbers)}"
         session = Session(
             self.runtime.shell(name),
+            max_time_limit=self.runtime.max_time_limit,
             keep_for=self.keep_results_for,
             keep_count=self.keep_results,
         )
@@ -571,25 +503,12 @@ def _connection_of(ctx: ServerRequestContext[Any]) -> Connection | None:
     return connection if isinstance(connection, Connection) else None
 
 
-def _script_id_schema() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {"script_id": {"type": "string", "description": "The id run_python gave."}},
-        "required": ["script_id"],
-        "additionalProperties": False,
-    }
-
-
-def _result_content(result: ScriptResult) -> types.CallToolResult:
+def _content(answer: Answer) -> types.CallToolResult:
     return types.CallToolResult(
-        content=[types.TextContent(text=result.text)],
-        structured_content=result.to_dict(),
-        is_error=result.status == "refused",
+        content=[types.TextContent(text=answer.text)],
+        structured_content=answer.data,
+        is_error=answer.is_error,
     )
-
-
-def _refusal(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
 
 def _version() -> str:

@@ -22,6 +22,31 @@ from typing import Any, Literal
 """
 
 
+def matching_plans(plans: list[dict[str, Any]], matching: str) -> list[dict[str, Any]]:
+    """The plans of the tools a script can call whose server, name or description contains
+    `matching`, case-insensitive; an empty (or blank) `matching` keeps every one."""
+    words = matching.strip().lower()
+    return [
+        plan
+        for plan in plans
+        if "error" not in plan
+        and (
+            not words
+            or any(
+                words in str(plan.get(field) or "").lower()
+                for field in ("server", "name", "namespace", "function", "doc")
+            )
+        )
+    ]
+
+
+def call_name(plan: dict[str, Any]) -> str:
+    """How a script calls the tool of a bound plan: `server.tool`, or `tool` at top level."""
+    namespace = plan.get("namespace")
+    function = str(plan.get("function"))
+    return function if namespace is None else f"{namespace}.{function}"
+
+
 def render_prompt(plans: list[dict[str, Any]]) -> str:
     """The catalogue of `plans` as Python source: a header comment, then one stub per tool."""
     top_level: list[str] = []
