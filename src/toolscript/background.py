@@ -134,7 +134,23 @@ class BackgroundScripts:
         handle._task = asyncio.get_running_loop().create_task(
             self._run(handle, code, limit, shell, services, refuse)
         )
+        # A task cancelled before its first step never runs its `finally`: settled here then.
+        text_limit = services.settings.text_limit
+        handle._task.add_done_callback(lambda _: self._abandoned(handle, shell, limit, text_limit))
         return handle
+
+    def _abandoned(self, handle: ScriptHandle, shell: str, limit: float, text_limit: int) -> None:
+        self._handles.pop(handle.id, None)
+        handle._settle(
+            ScriptResult(
+                status="cancelled",
+                note="The background script was cancelled before it started: nothing ran.",
+                script_id=handle.id,
+                shell=shell,
+                time_limit=limit,
+                text_limit=text_limit,
+            )
+        )
 
     async def _run(
         self,

@@ -178,3 +178,15 @@ async def test_a_background_log_is_bounded_and_says_where_it_was_cut(
     log = Path(result.log_path).read_bytes()
     assert len(log) < 10_000 + 200
     assert b"the log reached its size limit here" in log
+
+
+@pytest.mark.timeout(30)
+async def test_a_background_script_cancelled_at_once_is_answered_cancelled_and_ran_nothing(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime()
+    handle = await rt.shell("a").start("print('never')", time_limit=10)
+    result = await asyncio.wait_for(handle.cancel(), 10)
+    assert result.status == "cancelled", result.text
+    assert result.stdout == ""
+    assert handle.status() == "cancelled"
