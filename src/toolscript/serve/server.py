@@ -5,6 +5,10 @@ and `cancel_script(script_id)` (and `list_tools(query)` when the catalogue is to
 describe up front). Each answer is the script result's `text` as text content and its
 `to_dict()` as structured content.
 
+One concept, though a little over 500 lines: the MCP protocol's side of the server (its
+handlers, sessions, protocol versions, content and notifications); the actions themselves
+are `toolscript.actions`, the tool descriptions `serve.description`.
+
 Sessions. A shell belongs to one MCP client session and is closed with it:
 
 - over stdio the process serves one client, so the process is the session;

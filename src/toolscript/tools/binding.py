@@ -1,6 +1,8 @@
 """Binding plans: how each tool appears inside a script, decided once, in the host.
 
-A plan is plain JSON-safe data. The kernel builds a live `async def` from it
+One concept, though a little over 500 lines: how a tool's schema becomes a Python
+signature, with every rule of spelling and folding in one place, since the stubs and the
+live functions must follow the same ones. A plan is plain JSON-safe data. The kernel builds a live `async def` from it
 (`toolscript.kernel.binding.bind`) and `toolscript.tools.prompt.render_prompt` writes the same
 function as a stub, so the signature the model reads and the one the script calls cannot
 disagree: neither side decides anything, both copy the plan.
