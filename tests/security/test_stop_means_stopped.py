@@ -71,17 +71,51 @@ async def test_processes_the_script_started_are_gone_after_a_time_limit_stop(
     assert after.value == "2"
 
 
-async def test_a_setsid_double_fork_is_gone_after_the_runtime_closes(
-    make_runtime: MakeRuntime, tmp_path: Path
+@pytest.mark.parametrize("attack", list(ATTACKS))
+async def test_processes_the_script_started_are_gone_after_the_runtime_closes(
+    make_runtime: MakeRuntime, tmp_path: Path, attack: str
 ) -> None:
     token = f"tok-{secrets.token_hex(6)}"
     ready = tmp_path / "ready"
     runtime = await make_runtime(mounts={tmp_path: "rw"})
-    result = await runtime.run(setsid_double_fork(token, ready))
+    result = await runtime.run(ATTACKS[attack](token, ready))
     assert result.status == "ok", result.text
-    await eventually(lambda: bool(processes_with(token)), 10, "the daemon did not appear")
+    await eventually(lambda: bool(processes_with(token)), 10, "its process did not appear")
     await runtime.aclose()
-    await eventually(lambda: not processes_with(token), 1.0, "the daemon outlived the runtime")
+    await eventually(lambda: not processes_with(token), 1.0, "a process outlived the runtime")
+
+
+async def test_a_spinning_thread_and_a_fork_bomb_are_gone_after_the_runtime_closes(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime(limits={"processes": 50})
+    await runtime.run("1")
+    interpreter = runtime.shell("default")._interpreter
+    assert interpreter is not None and interpreter.pid is not None
+    init = psutil.Process(interpreter.pid)
+    result = await runtime.run(
+        "import os, threading, time\n"
+        "threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()\n"
+        "for _ in range(200):\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(300)\n"
+        "            os._exit(0)\n"
+        "    except OSError:\n"
+        "        pass\n",
+        time_limit=30,
+    )
+    assert result.status == "ok", result.text
+    assert len(init.children(recursive=True)) > 10  # the bomb's children live on: until close
+    await runtime.aclose()
+
+    def gone() -> bool:
+        try:
+            return init.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    await eventually(gone, 1.0, "the interpreter outlived the runtime")
 
 
 async def test_a_fork_bomb_is_held_to_the_process_limit_and_ends_with_the_stop(
