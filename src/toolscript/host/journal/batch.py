@@ -118,11 +118,16 @@ def _write_batch(
     # memories (its id was checked when recorded), so one lookup serves both kinds.
     states: dict[str, int] = {}
     answer_rows = []
-    for call_id, answered_at, is_error, answer_brief in taken.answers:
+
+    def state_of(call_id: str) -> int:
         state = states.get(call_id)
         if state is None:
-            state = _ANSWERED if call_id in answered else _PENDING if call_id in pending else _OPEN
-        elif state == _CLOSED:
+            return _ANSWERED if call_id in answered else _PENDING if call_id in pending else _OPEN
+        return state
+
+    for call_id, answered_at, is_error, answer_brief in taken.answers:
+        state = state_of(call_id)
+        if state == _CLOSED:
             continue
         whole = fresh.get(call_id)
         if whole is not None:
@@ -135,10 +140,8 @@ def _write_batch(
         states[call_id] = _CLOSED if state == _PENDING else _ANSWERED
     rows_by_fate: dict[tuple[str, str | None], list[int]] = {}
     for call_id, fate, cause in taken.fates:
-        state = states.get(call_id)
-        if state is None:
-            state = _ANSWERED if call_id in answered else _PENDING if call_id in pending else _OPEN
-        elif state == _CLOSED:
+        state = state_of(call_id)
+        if state == _CLOSED:
             continue
         whole = fresh.get(call_id)
         if whole is not None:
