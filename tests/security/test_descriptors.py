@@ -206,12 +206,12 @@ async def test_a_script_that_closes_the_low_descriptors_leaves_the_interpreter_w
 
 @pytest.mark.timeout(30)
 @KINDS
-async def test_the_interpreters_own_descriptors_are_the_four_at_the_top(
+async def test_the_interpreters_own_descriptors_are_the_six_at_the_top(
     make_runtime: MakeRuntime, fork: bool
 ) -> None:
     # Its channel, its epoll and its loop's wake-up pair, just under the open-files limit
-    # (1024); below them, nothing but stdin, stdout and stderr that a script could mistake
-    # for the channel.
+    # (1024), and below them the copies of its stdout and stderr pipes; further down,
+    # nothing but stdin, stdout and stderr that a script could mistake for the channel.
     runtime = await started(make_runtime, fork)
     result = await runtime.run(
         "import os\n"
@@ -226,4 +226,31 @@ async def test_the_interpreters_own_descriptors_are_the_four_at_the_top(
     held = dict(ast.literal_eval(result.value or "[]"))
     top = sorted(held[fd] for fd in held if fd >= 1020)
     assert top == ["anon_inode", "socket", "socket", "socket"], held
-    assert [fd for fd in held if 2 < fd < 1020 and held[fd] in ("socket", "pipe")] == [], held
+    assert [held[fd] for fd in (1018, 1019)] == ["pipe", "pipe"], held
+    assert [fd for fd in held if 2 < fd < 1018 and held[fd] in ("socket", "pipe")] == [], held
+
+
+@pytest.mark.timeout(30)
+@KINDS
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "os.close(1)\nos.close(2)",
+        "null = os.open('/dev/null', os.O_WRONLY)\nos.dup2(null, 1)\nos.dup2(null, 2)",
+    ],
+    ids=["closes-stdout-and-stderr", "puts-dev-null-over-them"],
+)
+async def test_a_script_that_closes_or_replaces_fd_1_and_2_loses_only_its_own_output(
+    make_runtime: MakeRuntime, fork: bool, attack: str
+) -> None:
+    runtime = await started(make_runtime, fork)
+    hostile = await runtime.run(
+        f"import os, sys\nprint('before', flush=True)\n{attack}\n'done'",
+        time_limit=TIME_LIMIT,
+    )
+    assert hostile.status == "ok" and hostile.value == "'done'", hostile.text
+    assert hostile.stdout == "before\n"
+    after = await runtime.run("print('hello')\nimport sys\nprint('err', file=sys.stderr)\nkept")
+    assert after.status == "ok", after.text
+    assert (after.stdout, after.stderr, after.value) == ("hello\n", "err\n", "1")
+    assert after.generation == hostile.generation

@@ -91,7 +91,7 @@ class Kernel:
         self._tools_module.ToolTimeout = ToolTimeout  # type: ignore[attr-defined]
         sys.modules["tools"] = self._tools_module
         self.namespace["tools"] = self._tools_module
-        self._output = ScriptOutput()
+        self._output = ScriptOutput(self._own)
         forbid_asyncio_run()
 
     # -- sending -----------------------------------------------------------------------------

@@ -7,27 +7,63 @@ leaves either out when it cannot matter.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import os
 import stat
 import sys
 import termios
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .descriptors import OwnDescriptors
 
 
 class ScriptOutput:
-    """`sys.stdout` and `sys.stderr` for scripts: text over fd 1 and fd 2, kept in place."""
+    """`sys.stdout` and `sys.stderr` for scripts: text over fd 1 and fd 2, kept in place.
 
-    def __init__(self) -> None:
+    Goal: a script that closes fd 1 or 2, or puts another file there (`os.dup2`), loses its
+    own output only, not the next script's. What fails: the markers then go nowhere, and the
+    host waits for them on every later script, whose output is lost too. What we do: keep a
+    copy of each pipe among the kernel's own descriptors (`OwnDescriptors`), and put it back
+    at fd 1 and 2 before each marker, so every script starts and ends on the host's pipes.
+    """
+
+    def __init__(self, own: OwnDescriptors | None = None) -> None:
         self.stdout = _text_stream(1)
         self.stderr = _text_stream(2)
         self._pipes = _is_pipe(1) and _is_pipe(2)  # so `drained` can tell what is unread
+        self._copies: dict[int, int] = {}
+        if own is not None:
+            for fd, what in ((1, "the copy of stdout's pipe"), (2, "the copy of stderr's pipe")):
+                with contextlib.suppress(OSError):
+                    copy = own.place(fd, what)
+                    if copy != fd:
+                        self._copies[fd] = copy
         self.install()
 
     def install(self) -> None:
         """Make these the script's `sys.stdout` and `sys.stderr` again."""
+        if self.stdout.closed:
+            self.stdout = _text_stream(1)
+        if self.stderr.closed:
+            self.stderr = _text_stream(2)
         sys.stdout = self.stdout
         sys.stderr = self.stderr
+
+    def restore(self) -> None:
+        """Put the host's pipes back at fd 1 and 2 if a script closed or replaced them."""
+        for fd, copy in self._copies.items():
+            try:
+                now = os.fstat(fd)
+                kept = os.fstat(copy)
+                if (now.st_dev, now.st_ino) == (kept.st_dev, kept.st_ino):
+                    continue
+            except OSError:
+                pass
+            with contextlib.suppress(OSError):
+                os.dup2(copy, fd)
 
     def flush(self) -> None:
         for stream in (self.stdout, self.stderr):
@@ -37,8 +73,10 @@ class ScriptOutput:
                 pass
 
     def mark(self, marker: bytes) -> None:
-        """Flush what Python holds for fd 1 and 2, then write `marker` to both."""
+        """Flush what Python holds for fd 1 and 2, then write `marker` to both (on the host's
+        pipes, put back first if a script moved them)."""
         self.flush()
+        self.restore()
         for fd in (1, 2):
             try:
                 os.write(fd, marker)
