@@ -26,6 +26,32 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help and usage errors: rendering them with rich costs more
     # than the rest of `--help`
 )
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"toolscript {version('toolscript')}")
+        except PackageNotFoundError:
+            typer.echo("toolscript (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    shown: bool = typer.Option(
+        False,
+        "--version",
+        help="Print toolscript's version and exit.",
+        callback=_version,
+        is_eager=True,
+    ),
+) -> None:
+    """Run agent-written Python that calls tools, and report exactly what it did."""
+
+
 app.command("exec")(exec_command)
 app.command("tools")(tools_command)
 app.command("calls")(calls_command)

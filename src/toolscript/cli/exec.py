@@ -59,9 +59,11 @@ def exec_command(
 
     The script works in the current directory (read-write), so `open("data.csv")` and a
     saved `plot.png` behave as you expect; everything else of the host it sees read-only,
-    if at all. Exits 0 only when the script succeeded.
+    if at all. Each run is a shell of its own. Exits 0 only when the script succeeded.
     """
     import asyncio
+    import os
+    import secrets
 
     code = sys.stdin.read() if str(script) == "-" else _read_script(script)
     specs = load_tools(tools)
@@ -84,7 +86,10 @@ def exec_command(
         ) as rt:
             for server, reason in rt.mcp_failures.items():
                 typer.echo(f"toolscript: MCP server {server!r} did not start: {reason}", err=True)
-            return await rt.run(code, time_limit=time_limit)
+            # A shell of its own: a call an earlier `exec` left in doubt is that process's
+            # to report (`toolscript calls --uncertain`), not this unrelated script's.
+            shell = rt.shell(f"exec-{os.getpid()}-{secrets.token_hex(3)}")
+            return await shell.run(code, time_limit=time_limit)
 
     result = asyncio.run(main())
     if as_json:
