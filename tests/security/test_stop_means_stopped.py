@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from tests.conftest import MakeRuntime, eventually, processes_with
+from toolscript import Runtime
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -85,14 +86,19 @@ async def test_processes_the_script_started_are_gone_after_the_runtime_closes(
     await eventually(lambda: not processes_with(token), 1.0, "a process outlived the runtime")
 
 
+async def init_of(runtime: Runtime) -> psutil.Process:
+    """The default shell's interpreter's init, as the host sees it (it has run a script)."""
+    await runtime.run("1")
+    interpreter = runtime.shell("default")._interpreter
+    assert interpreter is not None and interpreter.pid is not None
+    return psutil.Process(interpreter.pid)
+
+
 async def test_a_spinning_thread_and_a_fork_bomb_are_gone_after_the_runtime_closes(
     make_runtime: MakeRuntime,
 ) -> None:
     runtime = await make_runtime(limits={"processes": 50})
-    await runtime.run("1")
-    interpreter = runtime.shell("default")._interpreter
-    assert interpreter is not None and interpreter.pid is not None
-    init = psutil.Process(interpreter.pid)
+    init = await init_of(runtime)
     result = await runtime.run(
         "import os, threading, time\n"
         "threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()\n"
@@ -122,10 +128,7 @@ async def test_a_fork_bomb_is_held_to_the_process_limit_and_ends_with_the_stop(
     make_runtime: MakeRuntime,
 ) -> None:
     runtime = await make_runtime(limits={"processes": 50})
-    await runtime.run("1")
-    interpreter = runtime.shell("default")._interpreter
-    assert interpreter is not None and interpreter.pid is not None
-    init = psutil.Process(interpreter.pid)
+    init = await init_of(runtime)
     result = await runtime.run(
         "import os, time\n"
         "made = 0\n"
