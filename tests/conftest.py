@@ -111,3 +111,24 @@ def processes_with(token: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+FIND_CHANNEL = (
+    "import asyncio, os\n"
+    "def channel():\n"
+    # The event loop's own wake-up socketpair is skipped, and so are fds 0-2 (a host on uvloop
+    # gives the kernel sockets, not pipes, for stdout and stderr): the other socket is the
+    # channel (the kernel closes every other descriptor it inherits).
+    "    loop = asyncio.get_running_loop()\n"
+    "    own = {loop._ssock.fileno(), loop._csock.fileno()}\n"
+    "    for name in os.listdir('/proc/self/fd'):\n"
+    "        try:\n"
+    "            link = os.readlink(f'/proc/self/fd/{name}')\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        if link.startswith('socket:') and int(name) > 2 and int(name) not in own:\n"
+    "            return int(name)\n"
+    "    raise RuntimeError('no channel found')\n"
+)
+"""Script source defining `channel()`: the fd of the kernel's channel to the host, found as a
+hostile script would find it."""

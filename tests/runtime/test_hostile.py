@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import MakeRuntime
+from tests.conftest import FIND_CHANNEL, MakeRuntime
 from toolscript import Runtime
 from toolscript.tools.python import tool
 
@@ -27,25 +27,7 @@ def frame(message: object) -> bytes:
 
 def writes_to_the_channel(payload: bytes) -> str:
     """A script that finds the kernel's protocol socket and writes `payload` to it."""
-    # The event loop's own wake-up socketpair is skipped, and so are fds 0-2 (a host on
-    # uvloop gives the kernel sockets, not pipes, for stdout and stderr): the other socket
-    # is the channel (the kernel closes every other descriptor it inherits).
-    return (
-        "import asyncio, os, time\n"
-        "def channel():\n"
-        "    loop = asyncio.get_running_loop()\n"
-        "    own = {loop._ssock.fileno(), loop._csock.fileno()}\n"
-        "    for name in os.listdir('/proc/self/fd'):\n"
-        "        try:\n"
-        "            link = os.readlink(f'/proc/self/fd/{name}')\n"
-        "        except OSError:\n"
-        "            continue\n"
-        "        if link.startswith('socket:') and int(name) > 2 and int(name) not in own:\n"
-        "            return int(name)\n"
-        "    raise RuntimeError('no channel found')\n"
-        f"os.write(channel(), {payload!r})\n"
-        "time.sleep(30)\n"
-    )
+    return FIND_CHANNEL + f"import time\nos.write(channel(), {payload!r})\ntime.sleep(30)\n"
 
 
 HOSTILE_PAYLOADS = {

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MakeRuntime
+from tests.conftest import FIND_CHANNEL, MakeRuntime
 from toolscript import Runtime
 
 
@@ -27,22 +27,9 @@ def forging(code: str) -> str:
     prelude that defines `kernel` (the kernel's object in this process) and `forge(message)`
     (which writes `message` as one frame to the channel, as the kernel would)."""
     return (
-        "import asyncio, gc, json, os, struct, time\n"
-        "def _channel():\n"
-        # The event loop's own wake-up socketpair is skipped, and so are fds 0-2: the other
-        # socket is the channel (the kernel closes every other descriptor it inherits).
-        "    loop = asyncio.get_running_loop()\n"
-        "    own = {loop._ssock.fileno(), loop._csock.fileno()}\n"
-        "    for name in os.listdir('/proc/self/fd'):\n"
-        "        try:\n"
-        "            link = os.readlink(f'/proc/self/fd/{name}')\n"
-        "        except OSError:\n"
-        "            continue\n"
-        "        if link.startswith('socket:') and int(name) > 2 and int(name) not in own:\n"
-        "            return int(name)\n"
-        "    raise RuntimeError('no channel found')\n"
+        FIND_CHANNEL + "import gc, json, struct, time\n"
         "def forge(message):\n"
         "    body = json.dumps(message).encode()\n"
-        "    os.write(_channel(), struct.pack('>I', len(body)) + body)\n"
+        "    os.write(channel(), struct.pack('>I', len(body)) + body)\n"
         "kernel = next(o for o in gc.get_objects() if type(o).__name__ == 'Kernel')\n" + code
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from tests.integration.conftest import http_demo
 from toolscript.kernel.content import Audio, Image, Resource, ResourceLink, from_wire
 from toolscript.tools.mcp import MCPTools
 from toolscript.tools.spec import SourceGone, ToolFailure, ToolOutcome, ToolSpec
@@ -286,28 +286,6 @@ async def test_closing_a_server_that_ignores_stdin_closing_and_sigterm_is_bounde
 
 
 # --- streamable HTTP --------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def http_demo() -> AsyncIterator[str]:
-    """The demo server over streamable HTTP on 127.0.0.1; yields its URL."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        DEMO,
-        "--http",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), 20)
-        kind, port = line.decode().split()
-        assert kind == "PORT"
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await asyncio.wait_for(process.wait(), 10)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
