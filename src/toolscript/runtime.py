@@ -24,6 +24,7 @@ from .config import Knob, Settings
 from .host import busypoll
 from .host.busypoll import LoopPoll
 from .host.catalogue import ToolCatalogue
+from .host.checker import ScriptChecker
 from .host.environment import scrubbed_environment
 from .host.interpreter import Interpreter, Launch
 from .host.journal import Journal, state_dir
@@ -90,6 +91,7 @@ class Runtime:
         network: bool = _DEFAULT.network,
         mounts: Mapping[str | Path, str] | None = None,
         workdir: str | Path | None = None,
+        check: str = _DEFAULT.check,
     ) -> None:
         self.settings = Settings(
             python=python or sys.executable,
@@ -117,6 +119,7 @@ class Runtime:
             network=network,
             mounts=mounts or {},
             workdir=workdir,
+            check=check,
         )
         """The knobs this runtime was made with."""
         self._tool_specs = [_as_spec(item) for item in tools]
@@ -162,6 +165,7 @@ class Runtime:
     network = Knob[bool]()
     state_dir = Knob["Path | None"]()
     workdir = Knob["Path | None"]()
+    check = Knob[str]()
 
     @property
     def sandbox_mode(self) -> str:
@@ -232,6 +236,7 @@ class Runtime:
             unconfined_words=self._unconfined_words,
             check_open=self._check_open,
             is_closed=lambda: self._closed,
+            checker=ScriptChecker(base / "check"),
         )
         self._started = True
         self._pool.fill()

@@ -19,6 +19,7 @@ from typing import Any
 from .background import BackgroundScripts, ScriptHandle
 from .config import Settings, positive_seconds
 from .host.catalogue import ToolCatalogue
+from .host.checker import ScriptChecker
 from .host.interpreter import (
     OUTPUT_END_WAIT,
     SHUTDOWN_WAIT,
@@ -31,6 +32,7 @@ from .host.pool import CapReached, InterpreterPool
 from .results import (
     ScriptResult,
     broken_reset_words,
+    check_words,
     reset_words,
     result_from,
     uncertain_words,
@@ -63,6 +65,8 @@ class ShellServices:
     """Raise `RuntimeClosedError` unless the runtime is started and not closed."""
     is_closed: Callable[[], bool]
     """Whether the runtime was closed."""
+    checker: ScriptChecker
+    """The check before running, against the catalogue's stubs."""
 
 
 class Shell:
@@ -218,6 +222,19 @@ class Shell:
         notes.extend(services.unconfined_words(interpreter))
         for key, why in interpreter.bind_failures:
             notes.append(f"The tool {key} could not be bound and is missing: {why}")
+        mode = services.settings.check
+        if mode != "off":
+            checked = await services.checker.check(
+                services.catalogue(), code, interpreter.script_names, interpreter.python_version
+            )
+            if checked.findings and mode == "refuse":
+                return self._refused(
+                    script_id, "", limit, note=check_words(checked.findings, refused=True)
+                )
+            if checked.findings:
+                notes.insert(0, check_words(checked.findings, refused=False))
+            elif checked.failure is not None:
+                notes.append(f"The check before running could not run: {checked.failure}.")
         journal.begin_script(script_id, self.name, interpreter.generation, code, time.time())
         started = time.monotonic()
         try:
@@ -326,14 +343,17 @@ class Shell:
         journal.mark_told(call.call_id for call in calls)
         return [uncertain_words(calls)]
 
-    def _refused(self, script_id: str, reason: str, time_limit: float | None) -> ScriptResult:
+    def _refused(
+        self, script_id: str, reason: str, time_limit: float | None, note: str | None = None
+    ) -> ScriptResult:
+        """A result for a script that never ran: `note`, else "Nothing ran: <reason>."."""
         self._services.check_open()
         journal = self._services.journal
         journal.begin_script(script_id, self.name, self.generation, "", time.time())
         journal.end_script(script_id, "refused", time.time())
         return ScriptResult(
             status="refused",
-            note=f"Nothing ran: {reason}.",
+            note=note or f"Nothing ran: {reason}.",
             generation=self.generation,
             script_id=script_id,
             shell=self.name,
