@@ -24,6 +24,7 @@ checker; `toolscript.host.checker` runs it.
 from __future__ import annotations
 
 import ast
+import builtins
 import difflib
 import re
 from collections.abc import Iterable
@@ -62,6 +63,8 @@ _DIAGNOSTIC = re.compile(
 )
 _TICKED = re.compile(r"`([^`]+)`")
 _WORD = re.compile(r"[^\W\d]\w*")
+_USED = re.compile(r"([^\W\d]\w*)\s*[(.]")
+_BUILTINS = frozenset(dir(builtins))
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +102,14 @@ class CheckedCatalogue:
         self._words = frozenset({*self.top_level, *self.servers, "tools"})
 
     def names_tools(self, code: str) -> bool:
-        """The cheap test: whether `code` awaits anything or names a tool or server. A script
-        that does neither is not checked."""
+        """The cheap test: whether `code` awaits anything, names a tool or server, or calls
+        or reads an attribute of a name close to one. A script that does none is not checked."""
         words = set(_WORD.findall(code))
-        return "await" in words or not self._words.isdisjoint(words)
+        if "await" in words or not self._words.isdisjoint(words):
+            return True
+        used = set(_USED.findall(code)) - _BUILTINS
+        tools = list(self._words)
+        return any(difflib.get_close_matches(word, tools, n=1, cutoff=0.75) for word in used)
 
     def prepare(self, code: str, names: frozenset[str] | None) -> CheckedScript | Finding:
         """The file to check for `code`, in a shell whose namespace holds `names` (None: too
