@@ -1,0 +1,132 @@
+"""`ScriptChecker` on its own: what it checks, what it skips, and stubs with `TypedDict`s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolscript.host.catalogue import ToolCatalogue
+from toolscript.host.checker import ScriptChecker
+from toolscript.tools.check import CheckedCatalogue, CheckedScript
+from toolscript.tools.spec import ToolSpec
+
+from .conftest import catalogue_tools
+
+NOTE_STUBS = """
+class Note(TypedDict):
+    id: int
+    text: str
+"""
+
+
+class TypedDictStubs(ToolCatalogue):
+    """The catalogue of `add_note` and `search_notes`, its stubs showing their `TypedDict`
+    returns as a renderer of output schemas writes them (`Note`, not `dict[str, Any]`)."""
+
+    def prompt(self) -> str:
+        text = super().prompt().replace("from typing import Any, Literal\n", "")
+        text = text.replace("timeout: float | None = None) -> Any:", "TIMEOUT) -> Note:", 1)
+        text = text.replace("timeout: float | None = None) -> Any:", "TIMEOUT) -> list[Note]:", 1)
+        text = text.replace("TIMEOUT", "timeout: float | None = None")
+        return "from typing import Any, Literal, TypedDict\n" + NOTE_STUBS + text
+
+
+def specs() -> list[ToolSpec]:
+    return [item.spec for item in catalogue_tools([])]  # add_note, then search_notes
+
+
+@pytest.mark.timeout(60)
+async def test_a_key_the_results_typeddict_lacks_is_a_finding(tmp_path: Path) -> None:
+    catalogue = TypedDictStubs(specs(), None)
+    assert "-> Note:" in catalogue.prompt() and "-> list[Note]:" in catalogue.prompt()
+    code = (
+        "note = await add_note(text='a')\n"
+        "print(note['text'])\n"
+        "print(note['txt'])\n"
+        "for found in await search_notes(query='a'):\n"
+        "    found['tags']\n"
+    )
+    outcome = await ScriptChecker(tmp_path).check(catalogue, code, frozenset(), None)
+    assert outcome.ran and outcome.failure is None
+    assert [str(finding) for finding in outcome.findings] == [
+        '<script>:3: a result\'s keys: Unknown key "txt" for TypedDict `Note` - did you mean '
+        '"text"?',
+        '<script>:5: a result\'s keys: Unknown key "tags" for TypedDict `Note`',
+    ]
+
+
+@pytest.mark.timeout(60)
+async def test_a_typeddict_of_the_scripts_own_is_not_the_catalogues(tmp_path: Path) -> None:
+    code = (
+        "from typing import TypedDict\n"
+        "class Note(TypedDict):\n    n: int\n"
+        "mine: Note = {'n': 1}\nmine['other']\nawait add_note(text='a')\n"
+    )
+    outcome = await ScriptChecker(tmp_path).check(TypedDictStubs(specs(), None), code, None, None)
+    assert outcome.ran and outcome.findings == []
+
+
+@pytest.mark.timeout(60)
+async def test_a_script_that_names_no_tool_is_not_checked(tmp_path: Path) -> None:
+    checker = ScriptChecker(tmp_path)
+    catalogue = ToolCatalogue(specs(), None)
+    for code in (
+        "print(1)",
+        "x = [i * 2 for i in range(10)]\nsum(x)",
+        "import json\njson.dumps({})",
+    ):
+        outcome = await checker.check(catalogue, code, frozenset(), None)
+        assert not outcome.ran and outcome.findings == [] and outcome.failure is None
+    for code in (
+        "await add_note(text='a')",
+        "f = search_notes",
+        "add_noet.x",
+        "import asyncio\nawait asyncio.sleep(0)",
+    ):
+        outcome = await checker.check(catalogue, code, frozenset(), None)
+        assert outcome.ran, code
+
+
+@pytest.mark.timeout(60)
+async def test_the_stubs_are_written_once_per_catalogue(tmp_path: Path) -> None:
+    checker = ScriptChecker(tmp_path)
+    catalogue = ToolCatalogue(specs(), None)
+    await checker.check(catalogue, "await add_note(text='a')", frozenset(), None)
+    [folder] = tmp_path.iterdir()
+    stubs = folder / "tools.pyi"
+    written = stubs.stat().st_mtime_ns
+    await checker.check(ToolCatalogue(specs(), None), "await add_note(text='b')", None, None)
+    assert [path.name for path in tmp_path.iterdir()] == [folder.name]
+    assert stubs.stat().st_mtime_ns == written
+    assert sorted(path.name for path in folder.iterdir()) == ["tools.pyi", "ty.toml"]
+
+
+@pytest.mark.timeout(60)
+async def test_a_syntax_error_found_by_another_pythons_grammar_is_left_to_that_python(
+    tmp_path: Path,
+) -> None:
+    catalogue = ToolCatalogue(specs(), None)
+    code = "type Pair = tuple[int, int]\nawait add_note(text='a')"  # Python 3.12 syntax
+    here = await ScriptChecker(tmp_path).check(catalogue, code, frozenset(), None)
+    other = await ScriptChecker(tmp_path).check(catalogue, code, frozenset(), "9.99.0")
+    assert (len(here.findings), len(other.findings)) == (1, 0), here
+
+
+def test_each_finding_is_read_from_the_checkers_line_and_column() -> None:
+    catalogue = CheckedCatalogue(ToolCatalogue(specs(), None).plans, "")
+    line = "e = 'é'; await tools.add_noet(text=1)"
+    prepared = catalogue.prepare("x = 1\n" + line, frozenset())
+    assert isinstance(prepared, CheckedScript)
+    at = prepared.source.splitlines().index("\t" + line) + 1
+    # The checker counts characters from 1, the tab included: `tools` is the 17th.
+    output = (
+        f"/some/script.py:{at}:17: error[missing-attribute] Module `tools` has no member "
+        "`add_noet`\n"
+        f"/some/script.py:{at}:17: error[invalid-return-type] not a rule the check asks for\n"
+        "/some/script.py:1:1: error[missing-attribute] in the header, not the script `x`\n"
+    )
+    [finding] = prepared.findings(output)
+    assert str(finding) == (
+        "<script>:2: `tools` has no tool or server `add_noet`: did you mean `tools.add_note`?"
+    )
