@@ -352,7 +352,8 @@ def check_words(findings: Sequence[object], *, refused: bool) -> str:
     if refused:
         head = (
             f"Nothing ran: the check before running found {count} in this script, "
-            "so none of its tool calls were made. Fix them and run it again:"
+            f"so none of its tool calls were made. Fix {'it' if len(findings) == 1 else 'them'} "
+            "and run it again:"
         )
     else:
         head = f"The check before running found {count} (the script ran anyway):"

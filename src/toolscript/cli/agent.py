@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .options import (
+    CheckOption,
     JournalOption,
     JSONOption,
     MCPConfigOption,
     MountOption,
     NetworkOption,
     SandboxOption,
+    check_knob,
     sandbox_knobs,
 )
 
@@ -135,6 +137,7 @@ def agent_command(
     network: NetworkOption = False,
     sandbox: SandboxOption = "auto",
     mount: MountOption = None,
+    check: CheckOption = "warn",
 ) -> None:
     """Run one agent turn on TASK: the model acts only by running Python scripts.
 
@@ -147,7 +150,7 @@ def agent_command(
 
     from ..agent import Agent, ExecutionControl, InvalidControl
 
-    knobs = sandbox_knobs(sandbox, network, mount)
+    knobs = sandbox_knobs(sandbox, network, mount) | check_knob(check)
     try:
         control = ExecutionControl(
             request_timeout=request_timeout,

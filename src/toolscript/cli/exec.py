@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from .options import (
+    CheckOption,
     JournalOption,
     JSONOption,
     MCPConfigOption,
@@ -16,6 +17,7 @@ from .options import (
     NetworkOption,
     SandboxOption,
     ToolsOption,
+    check_knob,
     load_tools,
     sandbox_knobs,
 )
@@ -40,6 +42,7 @@ def exec_command(
     network: NetworkOption = False,
     sandbox: SandboxOption = "auto",
     mount: MountOption = None,
+    check: CheckOption = "warn",
     cwd: Annotated[
         Path | None,
         typer.Option(
@@ -68,7 +71,7 @@ def exec_command(
     code = sys.stdin.read() if str(script) == "-" else _read_script(script)
     specs = load_tools(tools)
     workdir = None if no_cwd else (cwd or Path.cwd())
-    knobs = sandbox_knobs(sandbox, network, mount)
+    knobs = sandbox_knobs(sandbox, network, mount) | check_knob(check)
 
     async def main() -> Any:
         from ..runtime import Runtime

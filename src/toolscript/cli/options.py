@@ -57,6 +57,16 @@ MountOption = Annotated[
         metavar="HOST[:/PATH][:rw]",
     ),
 ]
+CheckOption = Annotated[
+    str,
+    typer.Option(
+        "--check",
+        help="Check each script against the tools' stubs before it runs: warn: run it and "
+        "put what the check found first; refuse: run nothing when the check finds a problem; "
+        "off: no check.",
+        metavar="warn|refuse|off",
+    ),
+]
 JSONOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
@@ -87,3 +97,10 @@ def sandbox_knobs(sandbox: str, network: bool, mounts: list[str] | None) -> dict
         mode = "rw" if writable else "ro"
         parsed[host] = f"/{target}:{mode}" if target else mode
     return {"sandbox": sandbox, "network": network, "mounts": parsed}
+
+
+def check_knob(check: str) -> dict[str, Any]:
+    """The `Runtime` keyword argument for `--check`; a bad value is a usage error."""
+    if check not in ("warn", "refuse", "off"):
+        raise typer.BadParameter(f"{check!r} is not warn, refuse or off", param_hint="--check")
+    return {"check": check}

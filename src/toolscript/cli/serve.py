@@ -18,12 +18,14 @@ from typing import Annotated
 import typer
 
 from .options import (
+    CheckOption,
     JournalOption,
     MCPConfigOption,
     MountOption,
     NetworkOption,
     SandboxOption,
     ToolsOption,
+    check_knob,
     load_tools,
     sandbox_knobs,
 )
@@ -119,6 +121,7 @@ def serve_command(
     network: NetworkOption = False,
     sandbox: SandboxOption = "auto",
     mount: MountOption = None,
+    check: CheckOption = "warn",
 ) -> None:
     """Serve toolscript to an MCP client: one run_python tool in which every tool is Python."""
     import asyncio
@@ -127,7 +130,7 @@ def serve_command(
     from ..serve.auth import TokenFileError, load_or_create_token
     from ..serve.hosts import HostCheck
 
-    knobs = sandbox_knobs(sandbox, network, mount)
+    knobs = sandbox_knobs(sandbox, network, mount) | check_knob(check)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="toolscript: %(message)s")
     specs = load_tools(tools)
     for name, given in (

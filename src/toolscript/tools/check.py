@@ -133,6 +133,8 @@ class CheckedScript:
     ) -> None:
         self._catalogue = catalogue
         self._lines = code.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        self._explained: set[tuple[int, str, str]] = set()
+        self._missing: dict[tuple[int, str], tuple[str, list[str]]] = {}
         self._tree = tree
         bound_here = set(_bound_names(tree))
         earlier = set(names or ()) - set(_KERNEL_NAMES)
@@ -166,6 +168,8 @@ class CheckedScript:
     def findings(self, output: str) -> list[Finding]:
         """The findings in the checker's output (its concise format), about tools only."""
         found: dict[tuple[int, str], Finding] = {}
+        self._explained.clear()
+        self._missing.clear()
         for text in output.splitlines():
             match = _DIAGNOSTIC.match(text)
             if match is None or match["rule"] not in RULES:
@@ -179,6 +183,13 @@ class CheckedScript:
             message = self._reword(match["rule"], match["message"], line, column)
             if message is not None:
                 found.setdefault((line, message), Finding(line, message))
+        for (line, message), (name, missing) in self._missing.items():
+            # A missing argument that another finding on the call explains (a misspelled
+            # keyword, arguments given by position) is not said twice.
+            if (line, name, "*") in self._explained or all(
+                (line, name, parameter) in self._explained for parameter in missing
+            ):
+                found.pop((line, message), None)
         return sorted(found.values(), key=lambda finding: finding.line)
 
     # -- what a diagnostic is about ------------------------------------------------------------
@@ -201,16 +212,22 @@ class CheckedScript:
         if rule == "unused-awaitable":
             return f"`{name}(...)` is never awaited, so the call would not run: `await` it"
         if rule == "too-many-positional-arguments":
+            self._explained.add((line, name, "*"))
             return f"`{name}` takes keyword arguments only: {_example(name, plan)}"
         if rule == "unknown-argument" and ticked:
             spellings = [str(parameter["spelling"]) for parameter in plan["parameters"]]
             spellings.append(str(plan["timeout"]))
+            close = difflib.get_close_matches(ticked[0], spellings, n=1, cutoff=0.6)
+            if close:
+                self._explained.add((line, name, close[0]))
             return f"`{name}` has no parameter `{ticked[0]}`" + _did_you_mean(
                 ticked[0], spellings, "its parameters are"
             )
         if rule == "missing-argument" and len(ticked) > 1:
             missing = ", ".join(f"`{item}`" for item in ticked[:-1])
-            return f"`{name}` needs {missing}: {_example(name, plan)}"
+            message = f"`{name}` needs {missing}: {_example(name, plan)}"
+            self._missing[(line, message)] = (name, ticked[:-1])
+            return message
         return None
 
     def _unknown_name(self, name: str) -> str | None:
