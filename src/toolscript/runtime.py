@@ -132,6 +132,7 @@ class Runtime:
         self._pool: InterpreterPool | None = None
         self._background = BackgroundScripts()
         self._services: ShellServices | None = None
+        self._checker: ScriptChecker | None = None
         self._catalogue_listeners: list[Callable[[], Any]] = []
         self._journal: Journal | None = None
         self._catalogue: ToolCatalogue | None = None
@@ -225,6 +226,7 @@ class Runtime:
             self.queue_timeout,
             before_fill=self._template_start,
         )
+        self._checker = ScriptChecker(base / "check")
         self._services = ShellServices(
             settings=self.settings,
             pool=self._pool,
@@ -236,7 +238,7 @@ class Runtime:
             unconfined_words=self._unconfined_words,
             check_open=self._check_open,
             is_closed=lambda: self._closed,
-            checker=ScriptChecker(base / "check"),
+            checker=self._checker,
         )
         self._started = True
         self._pool.fill()
@@ -359,6 +361,8 @@ class Runtime:
         await self._close_services()
 
     async def _close_services(self) -> None:
+        if self._checker is not None:
+            await self._checker.close()
         if self._mcp is not None:
             await self._mcp.aclose()
         if self._journal is not None:

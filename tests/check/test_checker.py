@@ -8,7 +8,7 @@ import pytest
 
 from toolscript.host.catalogue import ToolCatalogue
 from toolscript.host.checker import ScriptChecker
-from toolscript.tools.check import CheckedCatalogue, CheckedScript
+from toolscript.tools.check import CheckedCatalogue, CheckedScript, Diagnostic
 from toolscript.tools.spec import ToolSpec
 
 from .conftest import catalogue_tools
@@ -119,14 +119,14 @@ def test_each_finding_is_read_from_the_checkers_line_and_column() -> None:
     prepared = catalogue.prepare("x = 1\n" + line, frozenset())
     assert isinstance(prepared, CheckedScript)
     at = prepared.source.splitlines().index("\t" + line) + 1
-    # The checker counts characters from 1, the tab included: `tools` is the 17th.
-    output = (
-        f"/some/script.py:{at}:17: error[missing-attribute] Module `tools` has no member "
-        "`add_noet`\n"
-        f"/some/script.py:{at}:17: error[invalid-return-type] not a rule the check asks for\n"
-        "/some/script.py:1:1: error[missing-attribute] in the header, not the script `x`\n"
-    )
-    [finding] = prepared.findings(output)
+    # The checker counts characters from 0, the tab included: `tools` begins at 16.
+    message = "Module `tools` has no member `add_noet`"
+    diagnostics = [
+        Diagnostic(at, 16, "missing-attribute", message),
+        Diagnostic(at, 16, "invalid-return-type", "not a rule the check asks for"),
+        Diagnostic(1, 0, "missing-attribute", "in the header, not the script: `x`"),
+    ]
+    [finding] = prepared.findings(diagnostics)
     assert str(finding) == (
         "<script>:2: `tools` has no tool or server `add_noet`: did you mean `tools.add_note`?"
     )

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CHECK_MODES", "RULES", "CheckedCatalogue", "CheckedScript", "Finding"]
+__all__ = ["CHECK_MODES", "RULES", "CheckedCatalogue", "CheckedScript", "Diagnostic", "Finding"]
 
 CHECK_MODES = ("refuse", "warn", "off")
 """The values of `Settings.check`."""
@@ -58,13 +58,21 @@ _KERNEL_NAMES = ("tools", "ToolError", "ToolTimeout")
 _DYNAMIC_NAMES = frozenset({"globals", "vars", "exec", "builtins", "__builtins__", "setattr"})
 """Names a script can define other names with: where one appears, no name is unknown."""
 
-_DIAGNOSTIC = re.compile(
-    r"^(?P<path>.+?):(?P<line>\d+):(?P<column>\d+): \w+\[(?P<rule>[\w-]+)\] (?P<message>.*)$"
-)
 _TICKED = re.compile(r"`([^`]+)`")
 _WORD = re.compile(r"[^\W\d]\w*")
 _USED = re.compile(r"([^\W\d]\w*)\s*[(.]")
 _BUILTINS = frozenset(dir(builtins))
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One of the checker's diagnostics: its line (from 1), its column in characters (from
+    0), its rule and its message."""
+
+    line: int
+    column: int
+    rule: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,22 +173,22 @@ class CheckedScript:
         self.source = "\n".join([*header, *("\t" + line for line in self._lines), "\tpass", ""])
         """The text of the file the checker reads."""
 
-    def findings(self, output: str) -> list[Finding]:
-        """The findings in the checker's output (its concise format), about tools only."""
+    def findings(self, diagnostics: Iterable[Diagnostic]) -> list[Finding]:
+        """The findings among the checker's diagnostics of `source`: those about tools."""
         found: dict[tuple[int, str], Finding] = {}
         self._explained.clear()
         self._missing.clear()
-        for text in output.splitlines():
-            match = _DIAGNOSTIC.match(text)
-            if match is None or match["rule"] not in RULES:
+        for diagnostic in diagnostics:
+            if diagnostic.rule not in RULES:
                 continue
-            line = int(match["line"]) - self._offset
+            line = diagnostic.line - self._offset
             if not 1 <= line <= len(self._lines):
                 continue
-            # The checker counts characters from 1, after the tab; `ast` counts UTF-8 bytes.
-            characters = max(int(match["column"]) - 2, 0)
+            # The checker counts characters, the tab before each line included; `ast`, bytes.
+            characters = max(diagnostic.column - 1, 0)
             column = len(self._lines[line - 1][:characters].encode("utf-8"))
-            message = self._reword(match["rule"], match["message"], line, column)
+            said = diagnostic.message.split("\n", 1)[0]  # its first line; hints follow
+            message = self._reword(diagnostic.rule, said, line, column)
             if message is not None:
                 found.setdefault((line, message), Finding(line, message))
         for (line, message), (name, missing) in self._missing.items():
