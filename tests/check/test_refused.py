@@ -56,6 +56,7 @@ CASES = [
         "`add_note(...)` is never awaited, so the call would not run: `await` it",
     ),
     ("a syntax error", "await add_note(text='x'", "syntax error: '(' was never closed"),
+    ("a return outside a function", "return 1", "syntax error: 'return' outside function"),
 ]
 
 

@@ -96,6 +96,11 @@ CORPUS: list[tuple[str, str]] = [
     ("an import the checker cannot see", "import json\njson.dumps(await demo.add(a=1, b=2))"),
     ("print without a tool", "print('no tools here')"),
     (
+        "a future import first",
+        "from __future__ import annotations\ndef f(n: Later) -> None:\n    pass\n"
+        "await add_note(text='future')",
+    ),
+    (
         "a while loop with break",
         "i = 0\nwhile True:\n    i += 1\n    if i > 2:\n        break\nawait add_note(text=str(i))",
     ),

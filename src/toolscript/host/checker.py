@@ -68,14 +68,17 @@ class ScriptChecker:
         if not checked.names_tools(code):
             return CheckOutcome()
         prepared = checked.prepare(code, names)
-        if isinstance(prepared, Finding):
-            # This Python's parser found it: it speaks for another Python only on its grammar.
-            exact = version == host_version
-            return CheckOutcome([prepared], ran=True) if exact else CheckOutcome()
         try:
             diagnostics = await server.diagnostics(prepared.source, CHECK_TIMEOUT)
-        except TypeServerError as error:
-            return CheckOutcome(failure=str(error))
+        except TypeServerError as failure:
+            return CheckOutcome(failure=str(failure))
+        if not prepared.needs_parse(diagnostics):
+            return CheckOutcome(ran=True)
+        syntax_error = prepared.syntax_error
+        if syntax_error is not None:
+            # This Python's parser found it: it speaks for another Python only on its grammar.
+            exact = version == host_version
+            return CheckOutcome([syntax_error], ran=True) if exact else CheckOutcome()
         return CheckOutcome(prepared.findings(diagnostics), ran=True)
 
     async def _prepare(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import builtins
 import difflib
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -119,46 +120,33 @@ class CheckedCatalogue:
         tools = list(self._words)
         return any(difflib.get_close_matches(word, tools, n=1, cutoff=0.75) for word in used)
 
-    def prepare(self, code: str, names: frozenset[str] | None) -> CheckedScript | Finding:
-        """The file to check for `code`, in a shell whose namespace holds `names` (None: too
-        many to tell); or the syntax error that makes checking moot."""
-        try:
-            tree = ast.parse(code, SCRIPT_FILE)
-        except SyntaxError as error:
-            return Finding(error.lineno or 1, f"syntax error: {error.msg}")
-        return CheckedScript(self, code, tree, names)
+    def prepare(self, code: str, names: frozenset[str] | None) -> CheckedScript:
+        """`code` as the checker reads it, in a shell whose namespace holds `names` (None: too
+        many to tell)."""
+        return CheckedScript(self, code, names)
 
 
 class CheckedScript:
-    """One script as the checker reads it, and its findings from the checker's output."""
+    """One script as the checker reads it, and its findings from the checker's diagnostics.
+
+    The script is parsed here only when the checker said something that concerns it: a
+    script with no such diagnostic (most) costs no syntax tree.
+    """
 
     def __init__(
-        self,
-        catalogue: CheckedCatalogue,
-        code: str,
-        tree: ast.Module,
-        names: frozenset[str] | None,
+        self, catalogue: CheckedCatalogue, code: str, names: frozenset[str] | None
     ) -> None:
         self._catalogue = catalogue
+        self._code = code
+        self._names = names
         self._lines = code.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         self._explained: set[tuple[int, str, str]] = set()
         self._missing: dict[tuple[int, str], tuple[str, list[str]]] = {}
-        self._tree = tree
-        bound_here = set(_bound_names(tree))
-        earlier = set(names or ()) - set(_KERNEL_NAMES)
-        self._shadowed = frozenset(bound_here | earlier)
-        self._names_unknowable = (
-            names is None
-            or not _DYNAMIC_NAMES.isdisjoint(_WORD.findall(code))
-            or any(
-                isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names)
-                for node in ast.walk(tree)
-            )
-        )
+        self._earlier = frozenset(names or ()) - frozenset(_KERNEL_NAMES)
         imported = [
             name
             for name in ("ToolError", "ToolTimeout", *catalogue.top_level, *catalogue.servers)
-            if name not in earlier
+            if name not in self._earlier
         ]
         header = [
             "from typing import Any",
@@ -166,12 +154,48 @@ class CheckedScript:
             f"from tools import {', '.join(imported)}",
         ]
         header.extend(
-            f"{name}: Any" for name in sorted(earlier) if name not in ("Any", CELL_FUNCTION)
+            f"{name}: Any" for name in sorted(self._earlier) if name not in ("Any", CELL_FUNCTION)
         )
         header.append(f"async def {CELL_FUNCTION}() -> None:")
         self._offset = len(header)
         self.source = "\n".join([*header, *("\t" + line for line in self._lines), "\tpass", ""])
         """The text of the file the checker reads."""
+
+    def needs_parse(self, diagnostics: Iterable[Diagnostic]) -> bool:
+        """Whether any diagnostic concerns the check, or the script may hide a syntax error
+        that its wrapping makes valid (`return` or `yield` at its top level)."""
+        return any(
+            diagnostic.rule in RULES or diagnostic.rule == "invalid-syntax"
+            for diagnostic in diagnostics
+        ) or not {"return", "yield"}.isdisjoint(_WORD.findall(self._code))
+
+    @functools.cached_property
+    def syntax_error(self) -> Finding | None:
+        """The script's syntax error as this Python's parser finds it, if it has one."""
+        try:
+            compile(self._tree, SCRIPT_FILE, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        except SyntaxError as error:
+            return Finding(error.lineno or 1, f"syntax error: {error.msg}")
+        return None
+
+    @functools.cached_property
+    def _tree(self) -> ast.Module:
+        return ast.parse(self._code, SCRIPT_FILE)
+
+    @functools.cached_property
+    def _shadowed(self) -> frozenset[str]:
+        return frozenset(_bound_names(self._tree)) | self._earlier
+
+    @functools.cached_property
+    def _names_unknowable(self) -> bool:
+        return (
+            self._names is None
+            or not _DYNAMIC_NAMES.isdisjoint(_WORD.findall(self._code))
+            or any(
+                isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names)
+                for node in ast.walk(self._tree)
+            )
+        )
 
     def findings(self, diagnostics: Iterable[Diagnostic]) -> list[Finding]:
         """The findings among the checker's diagnostics of `source`: those about tools."""
