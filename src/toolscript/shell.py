@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .background import BackgroundScripts, ScriptHandle
+from .background import BackgroundScripts, ScriptHandle, check_before_running
 from .config import Settings, positive_seconds
 from .host.catalogue import ToolCatalogue
 from .host.checker import ScriptChecker
@@ -32,7 +32,6 @@ from .host.pool import CapReached, InterpreterPool
 from .results import (
     ScriptResult,
     broken_reset_words,
-    check_words,
     reset_words,
     result_from,
     uncertain_words,
@@ -222,19 +221,10 @@ class Shell:
         notes.extend(services.unconfined_words(interpreter))
         for key, why in interpreter.bind_failures:
             notes.append(f"The tool {key} could not be bound and is missing: {why}")
-        mode = services.settings.check
-        if mode != "off":
-            checked = await services.checker.check(
-                services.catalogue(), code, interpreter.script_names, interpreter.python_version
-            )
-            if checked.findings and mode == "refuse":
-                return self._refused(
-                    script_id, "", limit, note=check_words(checked.findings, refused=True)
-                )
-            if checked.findings:
-                notes.insert(0, check_words(checked.findings, refused=False))
-            elif checked.failure is not None:
-                notes.append(f"The check before running could not run: {checked.failure}.")
+        refusal, check_notes = await check_before_running(services, code, interpreter)
+        if refusal is not None:
+            return self._refused(script_id, "", limit, note=refusal)
+        notes[:0] = check_notes
         journal.begin_script(script_id, self.name, interpreter.generation, code, time.time())
         started = time.monotonic()
         try:
