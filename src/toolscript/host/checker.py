@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..tools.check import RULES, CheckedCatalogue, Finding
+from ..tools.check import RULES_ASKED, CheckedCatalogue, Finding
 from .catalogue import ToolCatalogue
 from .typeserver import TypeServer, TypeServerError
 
@@ -118,7 +118,7 @@ def _ty_binary() -> str:
 
 
 def _ty_config(version: str) -> str:
-    rules = "".join(f'{rule} = "error"\n' for rule in RULES)
+    rules = "".join(f'{rule} = "error"\n' for rule in RULES_ASKED)
     return (
         "# The project of toolscript's check before running: this folder alone.\n"
         f'[environment]\npython-version = "{version}"\n\n[rules]\nall = "ignore"\n{rules}'

@@ -32,7 +32,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CHECK_MODES", "RULES", "CheckedCatalogue", "CheckedScript", "Diagnostic", "Finding"]
+__all__ = [
+    "CHECK_MODES",
+    "RULES",
+    "RULES_ASKED",
+    "CheckedCatalogue",
+    "CheckedScript",
+    "Diagnostic",
+    "Finding",
+]
 
 CHECK_MODES = ("refuse", "warn", "off")
 """The values of `Settings.check`."""
@@ -46,7 +54,12 @@ RULES = (
     "unused-awaitable",
     "invalid-typed-dict-key",
 )
-"""The checker's rules asked for: the only ones that can concern a tool."""
+"""The checker's rules whose diagnostics can be findings: the only ones that can concern a tool."""
+
+RULES_ASKED = (*RULES, "invalid-explicit-return")
+"""The rules turned on. A `return` with a value at the script's top level (a syntax error in
+a cell, valid in the function the script is checked as) breaks the last one, which has the
+script parsed."""
 
 SCRIPT_FILE = "<script>"
 """How a finding names the script: `<script>:3: ...`."""
@@ -61,6 +74,7 @@ _DYNAMIC_NAMES = frozenset({"globals", "vars", "exec", "builtins", "__builtins__
 
 _TICKED = re.compile(r"`([^`]+)`")
 _WORD = re.compile(r"[^\W\d]\w*")
+_YIELD = re.compile(r"\byield\b")
 _USED = re.compile(r"([^\W\d]\w*)\s*[(.]")
 _BUILTINS = frozenset(dir(builtins))
 
@@ -163,11 +177,12 @@ class CheckedScript:
 
     def needs_parse(self, diagnostics: Iterable[Diagnostic]) -> bool:
         """Whether any diagnostic concerns the check, or the script may hide a syntax error
-        that its wrapping makes valid (`return` or `yield` at its top level)."""
+        that the function it is checked as makes valid (a top-level `return` with a value,
+        or a `yield`; a bare top-level `return` is left to the interpreter to refuse)."""
         return any(
-            diagnostic.rule in RULES or diagnostic.rule == "invalid-syntax"
+            diagnostic.rule in RULES_ASKED or diagnostic.rule == "invalid-syntax"
             for diagnostic in diagnostics
-        ) or not {"return", "yield"}.isdisjoint(_WORD.findall(self._code))
+        ) or _YIELD.search(self._code) is not None
 
     @functools.cached_property
     def syntax_error(self) -> Finding | None:
