@@ -21,10 +21,10 @@ from typing import Any
 
 from .background import BackgroundScripts, ScriptHandle
 from .config import Knob, Settings
-from .host import busypoll
+from .host import busypoll, headstart
 from .host.busypoll import LoopPoll
 from .host.catalogue import ToolCatalogue
-from .host.environment import scrubbed_environment
+from .host.environment import interpreter_environment, scrubbed_environment
 from .host.interpreter import Interpreter, Launch
 from .host.journal import Journal, state_dir
 from .host.pool import InterpreterPool
@@ -140,6 +140,7 @@ class Runtime:
         self._closed = False
         self.mcp_failures: dict[str, str] = {}
         self._sandbox: Sandbox | None = None
+        self._head_start: headstart.HeadStart | None = None
         self.sandbox_failure: str | None = None
         """Why interpreters run without the sandbox, when they do."""
 
@@ -247,6 +248,13 @@ class Runtime:
         if workdir is not None:
             mounts.append(SandboxMount(str(workdir), str(workdir), writable=True))
         assert self._workdir is not None
+        head = headstart.claim(self.python, dict(self.settings.env), mounts, self.network)
+        if head is not None and self.fork:
+            head.abandon()  # interpreters come from the runtime's own template
+        elif head is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir, self._sandbox, self._head_start = head.shells_root, head.sandbox, head
+            return
         try:
             self._sandbox = await prepare_sandbox(
                 self.python,
@@ -354,6 +362,9 @@ class Runtime:
         await self._close_services()
 
     async def _close_services(self) -> None:
+        head, self._head_start = self._head_start, None
+        if head is not None:  # claimed, but no interpreter was started
+            head.abandon()
         if self._mcp is not None:
             await self._mcp.aclose()
         if self._journal is not None:
@@ -451,17 +462,16 @@ class Runtime:
             preload=tuple(self.preload),
             busy=self._busy,
             sandbox=self._sandbox,
+            head_start=self._take_head_start(),
         )
 
+    def _take_head_start(self) -> headstart.HeadStart | None:
+        """The command line's head start, for the first interpreter only."""
+        head, self._head_start = self._head_start, None
+        return head
+
     def _interpreter_environment(self) -> dict[str, str]:
-        env = scrubbed_environment(self.settings.env)
-        if self._sandbox is not None:
-            # The host's home and temporary folder are not in the sandbox: its own /tmp is,
-            # private and writable, where libraries look for a home to keep caches in.
-            for name in ("HOME", "TMPDIR"):
-                if name not in self.settings.env:
-                    env[name] = "/tmp"
-        return env
+        return interpreter_environment(self.settings.env, sandboxed=self._sandbox is not None)
 
     def _folder(self, shell: str) -> Path:
         """A shell's working directory: its own (kept across its interpreters), or the
