@@ -49,10 +49,11 @@ def exec_command(args: argparse.Namespace) -> int:
         raise UsageError(f"--cwd: {args.cwd} is not a folder")
     workdir = None if args.no_cwd else Path(args.cwd or Path.cwd())
     knobs = options.sandbox_knobs(args)
+    if args.sandbox != "off":
+        # First, so that the interpreter starts while the rest is read and imported.
+        _head_start(knobs["mounts"], workdir, args.network)
     config = options.mcp_config(args.mcp_config)
     specs = options.load_tools(args.tools)
-    if args.sandbox != "off":
-        _head_start(knobs["mounts"], workdir, args.network)
 
     import asyncio
     import os

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
-import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import options
 from .options import UsageError
+
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable
 
 LOOPBACK = "127.0.0.1"
 
@@ -39,6 +41,8 @@ def parse_address(text: str) -> tuple[str, int]:
 
 def listen(host: str, port: int) -> socket.socket:
     """A listening TCP socket on (host, port); port 0 lets the system choose."""
+    import socket
+
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as error:
@@ -55,6 +59,8 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def _is_loopback(listener: socket.socket) -> bool:
+    import ipaddress
+
     address = listener.getsockname()[0]
     try:
         return ipaddress.ip_address(address).is_loopback

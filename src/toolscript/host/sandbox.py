@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import glob
 import os
-import secrets
 import shutil
 import sys
 from collections.abc import Mapping
@@ -493,7 +492,7 @@ def _make_cgroup() -> Path | None:
                 continue
         elif not (base / "pids.max").exists() and not (base / "cgroup.procs").exists():
             continue
-        path = base / f"toolscript-{os.getpid()}-{secrets.token_hex(4)}"
+        path = base / f"toolscript-{os.getpid()}-{os.urandom(4).hex()}"
         try:
             path.mkdir()
             if root == "/sys/fs/cgroup":
