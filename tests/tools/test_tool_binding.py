@@ -498,6 +498,17 @@ schemas = st.recursive(
         st.builds(lambda s: {"oneOf": s, "nullable": True}, st.lists(inner, max_size=3)),
         st.builds(lambda s: {"type": "object", "additionalProperties": s}, inner),
         st.builds(
+            lambda properties, required, title: {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                **({"title": title} if title is not None else {}),
+            },
+            st.dictionaries(names, inner, max_size=3),
+            st.lists(names, max_size=2),
+            st.one_of(st.none(), names),
+        ),
+        st.builds(
             lambda s, d: {**s, "default": d} if isinstance(s, dict) else s,
             inner,
             st.one_of(
@@ -508,18 +519,20 @@ schemas = st.recursive(
     max_leaves=8,
 )
 tool_specs = st.builds(
-    lambda name, server, properties, required, description: ToolSpec(
+    lambda name, server, properties, required, description, output: ToolSpec(
         name=name,
         description=description,
         input_schema={"type": "object", "properties": properties, "required": required},
         handler=answer,
         server=server,
+        output_schema=output if isinstance(output, dict) else None,
     ),
     names,
     st.one_of(st.none(), names),
     st.dictionaries(names, schemas, max_size=6),
     st.lists(names, max_size=3),
     st.text(max_size=20),
+    schemas,
 )
 
 

@@ -66,6 +66,13 @@ def _stem(word: str) -> str:
     return word
 
 
+def summary(plan: dict[str, Any], width: int = 100) -> str:
+    """The first sentence of a plan's description, on one line of at most `width` characters."""
+    first = " ".join(str(plan.get("doc") or "").split("\n\n", 1)[0].split())
+    sentence = re.split(r"(?<=[.!?])\s", first, maxsplit=1)[0]
+    return sentence if len(sentence) <= width else sentence[: width - 1].rstrip() + "…"
+
+
 def call_name(plan: dict[str, Any]) -> str:
     """How a script calls the tool of a bound plan: `server.tool`, or `tool` at top level."""
     namespace = plan.get("namespace")
