@@ -1,9 +1,9 @@
 """Binding plans: how each tool appears inside a script, decided once, in the host.
 
-One concept, though a little over 500 lines: how a tool's schema becomes a Python
-signature, with every rule of spelling and folding in one place, since the stubs and the
-live functions must follow the same ones. A plan is plain JSON-safe data. The kernel builds a live `async def` from it
-(`toolscript.kernel.binding.bind`) and `toolscript.tools.prompt.render_prompt` writes the same
+One concept: how a tool's schema becomes a Python signature, with every rule of spelling and
+folding in one place, since the stubs and the live functions must follow the same ones (the
+schemas' types are rendered by `toolscript.tools.schema_types`). A plan is plain JSON-safe
+data. The kernel builds a live `async def` from it (`toolscript.kernel.binding.bind`) and `toolscript.tools.prompt.render_prompt` writes the same
 function as a stub, so the signature the model reads and the one the script calls cannot
 disagree: neither side decides anything, both copy the plan.
 
@@ -20,7 +20,13 @@ A plan is a dict with these keys:
 - `catch_all`: the spelling of the `**kwargs` parameter, or `None` when the tool needs none.
 - `timeout`: the spelling of the per-call timeout keyword (`timeout`, or `call_timeout` when
   the tool has a parameter of its own spelled `timeout`).
-- `returns`: the return annotation text; `doc`: the docstring.
+- `returns`: the return annotation text: the output schema's type (a `TypedDict` for an
+  object), else `str | list[Any]` for an MCP tool (its text, or its content blocks) and `Any`
+  for a Python tool; `doc`: the docstring, which says what the value is and, when the Python
+  spelling differs, the tool's and the server's own names.
+- `types`: the `TypedDict` definitions the annotations name (see
+  `toolscript.tools.schema_types`), each before any that uses it; a definition of the same
+  name is the same in every plan of a catalogue.
 - `error`: present only on a plan that could not be made; it then holds only `key`, `name`,
   `server`, `error` and (when the server's spelling is known) `namespace`, and the kernel
   reports the tool as not bound, naming the reason.
@@ -43,6 +49,13 @@ becomes `_` (a class body would mangle it), and the result is NFKC-normalized as
 parser does. Names that were identifiers are placed first, so a rename never takes a sibling's
 name; a rename that collides gets `_2`, `_3`, ... in schema order. A name with nothing left to
 spell (`""`, `"!!!"`) goes through the catch-all and is listed in the docstring.
+
+Clashes. Goal: a server or Python tool never hides, or is hidden by, a name a script uses.
+What fails: a server keyed `time` bound as `time` is replaced by `import time`, and the
+script's `time.get_current_time` is an `AttributeError` that points nowhere. What we do:
+servers and Python tools (which share the script's namespace) named like a standard-library
+module, a builtin, a keyword or a name the stubs use get the trailing `_` too (`time_`),
+everywhere: the stub, the live binding and `tools.time_`; the prompt says why in one line.
 """
 
 from __future__ import annotations
