@@ -150,7 +150,9 @@ def test_enums_are_literals_and_any_of_is_a_union_of_typed_dicts() -> None:
             ]
         }
     }
+    schema["frame"] = {"type": ["object", "null"], "properties": {"w": {"type": "integer"}}}
     text, namespace = stubs([spec("draw", schema, ["shape"])])
+    assert "frame: Frame | None = None," in text
     assert "async def draw(*, shape: Shape | DrawShape | None," in text
     assert "    kind: NotRequired[Literal['circle']]\n" in text
     assert "    kind: NotRequired[Literal['square', 'box']]\n" in text

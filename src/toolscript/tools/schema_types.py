@@ -263,7 +263,8 @@ class _Rendering:
         properties = schema.get("properties")
         if not isinstance(properties, dict) or not properties or len(properties) > MAX_FIELDS:
             return None
-        if schema.get("type", "object") not in ("object", ["object"]):
+        kind = schema.get("type", "object")
+        if kind != "object" and not (isinstance(kind, list) and "object" in kind):
             return None
         title = schema.get("title")
         return title if isinstance(title, str) and _type_name(title) != "Object" else hint
