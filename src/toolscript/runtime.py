@@ -34,7 +34,7 @@ from .host.sandbox import prepare as prepare_sandbox
 from .host.template import Template, TemplateError
 from .results import ScriptResult
 from .shell import Shell, ShellServices
-from .tools.prompt import call_name, matching_plans, render_prompt
+from .tools.prompt import call_name, matching_plans, render_prompt, summary
 from .tools.spec import ToolSpec
 
 # `Shell` and `ScriptHandle` are also named here, where they were first defined.
@@ -406,8 +406,9 @@ class Runtime:
     def prompt(self, matching: str | None = None) -> str:
         """The tool catalogue as Python stubs that compile, for a system prompt.
 
-        With `matching`, only the stubs of the tools a script can call whose server, name or
-        description contains it (case-insensitive; an empty string keeps every one).
+        With `matching`, only the stubs of the tools a script can call whose name, server or
+        description has every word of it (case-insensitive, plural or singular), best match
+        first; an empty string keeps every one.
         """
         if matching is None:
             return self.catalogue.prompt()
@@ -415,8 +416,14 @@ class Runtime:
 
     def tool_names(self, matching: str | None = None) -> list[str]:
         """The tools a script can call, as it calls them (`server.tool`, or `tool` at top
-        level), in the catalogue's order; with `matching`, only those `prompt` would show."""
+        level), in the catalogue's order; with `matching`, only those `prompt` would show,
+        best match first."""
         return [call_name(plan) for plan in matching_plans(self.catalogue.plans, matching or "")]
+
+    def tool_summaries(self, matching: str | None = None) -> list[tuple[str, str]]:
+        """Each tool of `tool_names(matching)` with the first sentence of its description."""
+        plans = matching_plans(self.catalogue.plans, matching or "")
+        return [(call_name(plan), summary(plan)) for plan in plans]
 
     def shell(self, name: str | None = None) -> Shell:
         """The shell of that name (made on first use), or a new one with a fresh name."""
