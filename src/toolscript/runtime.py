@@ -21,11 +21,11 @@ from typing import Any
 
 from .background import BackgroundScripts, ScriptHandle
 from .config import Knob, Settings
-from .host import busypoll
+from .host import busypoll, headstart
 from .host.busypoll import LoopPoll
 from .host.catalogue import ToolCatalogue
 from .host.checker import ScriptChecker
-from .host.environment import scrubbed_environment
+from .host.environment import interpreter_environment, scrubbed_environment
 from .host.interpreter import Interpreter, Launch
 from .host.journal import Journal, state_dir
 from .host.pool import InterpreterPool
@@ -35,7 +35,7 @@ from .host.sandbox import prepare as prepare_sandbox
 from .host.template import Template, TemplateError
 from .results import ScriptResult
 from .shell import Shell, ShellServices
-from .tools.prompt import call_name, matching_plans, render_prompt
+from .tools.prompt import call_name, matching_plans, render_prompt, summary
 from .tools.spec import ToolSpec
 
 # `Shell` and `ScriptHandle` are also named here, where they were first defined.
@@ -144,6 +144,7 @@ class Runtime:
         self._closed = False
         self.mcp_failures: dict[str, str] = {}
         self._sandbox: Sandbox | None = None
+        self._head_start: headstart.HeadStart | None = None
         self.sandbox_failure: str | None = None
         """Why interpreters run without the sandbox, when they do."""
 
@@ -254,6 +255,13 @@ class Runtime:
         if workdir is not None:
             mounts.append(SandboxMount(str(workdir), str(workdir), writable=True))
         assert self._workdir is not None
+        head = headstart.claim(self.python, dict(self.settings.env), mounts, self.network)
+        if head is not None and self.fork:
+            head.abandon()  # interpreters come from the runtime's own template
+        elif head is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir, self._sandbox, self._head_start = head.shells_root, head.sandbox, head
+            return
         try:
             self._sandbox = await prepare_sandbox(
                 self.python,
@@ -363,6 +371,9 @@ class Runtime:
     async def _close_services(self) -> None:
         if self._checker is not None:
             await self._checker.close()
+        head, self._head_start = self._head_start, None
+        if head is not None:  # claimed, but no interpreter was started
+            head.abandon()
         if self._mcp is not None:
             await self._mcp.aclose()
         if self._journal is not None:
@@ -404,8 +415,9 @@ class Runtime:
     def prompt(self, matching: str | None = None) -> str:
         """The tool catalogue as Python stubs that compile, for a system prompt.
 
-        With `matching`, only the stubs of the tools a script can call whose server, name or
-        description contains it (case-insensitive; an empty string keeps every one).
+        With `matching`, only the stubs of the tools a script can call whose name, server or
+        description has every word of it (case-insensitive, plural or singular), best match
+        first; an empty string keeps every one.
         """
         if matching is None:
             return self.catalogue.prompt()
@@ -413,8 +425,14 @@ class Runtime:
 
     def tool_names(self, matching: str | None = None) -> list[str]:
         """The tools a script can call, as it calls them (`server.tool`, or `tool` at top
-        level), in the catalogue's order; with `matching`, only those `prompt` would show."""
+        level), in the catalogue's order; with `matching`, only those `prompt` would show,
+        best match first."""
         return [call_name(plan) for plan in matching_plans(self.catalogue.plans, matching or "")]
+
+    def tool_summaries(self, matching: str | None = None) -> list[tuple[str, str]]:
+        """Each tool of `tool_names(matching)` with the first sentence of its description."""
+        plans = matching_plans(self.catalogue.plans, matching or "")
+        return [(call_name(plan), summary(plan)) for plan in plans]
 
     def shell(self, name: str | None = None) -> Shell:
         """The shell of that name (made on first use), or a new one with a fresh name."""
@@ -460,17 +478,16 @@ class Runtime:
             preload=tuple(self.preload),
             busy=self._busy,
             sandbox=self._sandbox,
+            head_start=self._take_head_start(),
         )
 
+    def _take_head_start(self) -> headstart.HeadStart | None:
+        """The command line's head start, for the first interpreter only."""
+        head, self._head_start = self._head_start, None
+        return head
+
     def _interpreter_environment(self) -> dict[str, str]:
-        env = scrubbed_environment(self.settings.env)
-        if self._sandbox is not None:
-            # The host's home and temporary folder are not in the sandbox: its own /tmp is,
-            # private and writable, where libraries look for a home to keep caches in.
-            for name in ("HOME", "TMPDIR"):
-                if name not in self.settings.env:
-                    env[name] = "/tmp"
-        return env
+        return interpreter_environment(self.settings.env, sandboxed=self._sandbox is not None)
 
     def _folder(self, shell: str) -> Path:
         """A shell's working directory: its own (kept across its interpreters), or the

@@ -4,51 +4,35 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
-from toolscript.cli.agent import agent_command
+from toolscript.cli import run
 
 from .standins import Reply, StandIn
 
 pytestmark = pytest.mark.timeout(60)
 
-
-def the_app() -> typer.Typer:
-    app = typer.Typer()
-    app.command("agent")(agent_command)
-
-    @app.callback()
-    def root() -> None:
-        """toolscript, as the test builds it."""
-
-    return app
+Invoke = Callable[..., Awaitable[tuple[int, str, str]]]
 
 
-async def invoke(standin: StandIn, *args: str) -> tuple[int, str, str]:
-    runner = CliRunner()
-    env = {"ANTHROPIC_API_KEY": "stand-in-key", "OPENAI_API_KEY": "stand-in-key"}
-    result = await asyncio.to_thread(
-        runner.invoke,
-        the_app(),
-        [
-            "agent",
-            *args,
-            "--model",
-            standin.model,
-            "--base-url",
-            standin.base_url,
-            "--journal",
-            ":memory:",
-        ],
-        env=env,
-    )
-    return result.exit_code, result.stdout, result.stderr
+@pytest.fixture
+def invoke(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Invoke:
+    """Run `toolscript agent ARGS` in this process against the stand-in: (exit, out, err)."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "stand-in-key")
+    monkeypatch.setenv("OPENAI_API_KEY", "stand-in-key")
+
+    async def invoke(standin: StandIn, *args: str) -> tuple[int, str, str]:
+        argv = ["agent", *args, "--model", standin.model, "--base-url", standin.base_url]
+        code = await asyncio.to_thread(run, [*argv, "--journal", ":memory:"])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return invoke
 
 
-async def test_the_command_prints_the_whole_turn_as_json(standin: StandIn) -> None:
+async def test_the_command_prints_the_whole_turn_as_json(standin: StandIn, invoke: Invoke) -> None:
     standin.queue(
         Reply(calls=[("run_python", {"code": "print(6 * 7)"})]),
         Reply(calls=[("finish", {"summary": "printed 42"})]),
@@ -65,7 +49,7 @@ async def test_the_command_prints_the_whole_turn_as_json(standin: StandIn) -> No
 
 
 async def test_the_command_prints_a_summary_and_fails_when_the_turn_did_not_end_by_the_model(
-    standin: StandIn,
+    standin: StandIn, invoke: Invoke
 ) -> None:
     standin.queue(Reply(text="Working", calls=[("run_python", {"code": "1"})], cut="clean"))
 
@@ -77,7 +61,7 @@ async def test_the_command_prints_a_summary_and_fails_when_the_turn_did_not_end_
 
 
 async def test_an_invalid_limit_is_refused_naming_its_option_before_any_request(
-    standin: StandIn,
+    standin: StandIn, invoke: Invoke
 ) -> None:
     code, _out, err = await invoke(standin, "work", "--max-steps", "0")
 

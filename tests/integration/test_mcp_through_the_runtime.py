@@ -97,7 +97,7 @@ async def rt(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runtime]
 
 def compiled_prompt(rt: Runtime) -> dict[str, Any]:
     """`rt.prompt()` compiled and run in this process: the stubs' namespace."""
-    namespace: dict[str, Any] = {"__name__": "prompt"}
+    namespace: dict[str, Any] = {"__name__": "tools"}  # the module the kernel's types are in
     exec(compile(rt.prompt(), "<prompt>", "exec", dont_inherit=True), namespace)
     return namespace
 
@@ -108,7 +108,7 @@ def stub_signatures(namespace: dict[str, Any]) -> dict[str, tuple[str, str | Non
     for name, item in namespace.items():
         if inspect.iscoroutinefunction(item):
             found[name] = (str(inspect.signature(item)), inspect.getdoc(item))
-        elif inspect.isclass(item) and item.__module__ == "prompt":
+        elif inspect.isclass(item) and item.__module__ == "tools":
             for member, attribute in vars(item).items():
                 if isinstance(attribute, staticmethod):
                     function = attribute.__func__
@@ -155,7 +155,7 @@ async def test_every_stub_of_the_prompt_compiles_and_matches_the_live_function_i
     assert live["demo.odd_names"][0] == (
         "(*, file_path: str, class_: str | None = None, "
         "kwargs: dict[str, typing.Any] | None = None, from_: int | None = None, "
-        "timeout: float | None = None) -> Any"
+        "timeout: float | None = None) -> dict[str, typing.Any]"
     )
     assert live["get_sum"][0] == (
         "(*, file_path: str, class_: str | None = None, "

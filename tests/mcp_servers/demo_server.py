@@ -83,6 +83,7 @@ TOOLS: list[types.Tool] = [
             },
             ["file-path"],
         ),
+        output_schema={"type": "object", "description": "The arguments it received."},
     ),
     types.Tool(name="crash", description="Exit mid-call.", input_schema=_schema({})),
     types.Tool(
@@ -94,6 +95,7 @@ TOOLS: list[types.Tool] = [
         name="cancellations",
         description="Wait until a hang was cancelled.",
         input_schema=_schema({"timeout": {"type": "number"}}),
+        output_schema=_schema({"markers": {"type": "array", "items": {"type": "string"}}}),
     ),
     types.Tool(
         name="slow",
@@ -109,6 +111,7 @@ TOOLS: list[types.Tool] = [
         name="client_capabilities",
         description="What the client declared.",
         input_schema=_schema({}),
+        output_schema={"type": "object"},
     ),
     types.Tool(
         name="header",

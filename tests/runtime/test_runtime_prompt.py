@@ -62,3 +62,41 @@ async def test_a_matching_prompt_has_only_the_stubs_of_the_matching_tools(
     assert "async def weather(" not in some
     assert all(stub in everything for stub in ("find_contact", "log_call", "weather"))
     compile(some, "<prompt>", "exec", dont_inherit=True)
+
+
+def _memory(name: str, description: str) -> ToolSpec:
+    return ToolSpec(
+        name=name,
+        description=description,
+        input_schema={"type": "object", "properties": {}},
+        handler=_crm(name, description).handler,
+        server="memory",
+    )
+
+
+async def test_every_word_of_a_query_must_match_and_names_rank_above_descriptions() -> None:
+    specs = [
+        _crm("find-contact", "Find a contact by name."),
+        _memory("read_graph", "Read the entire knowledge graph."),
+        _memory("create_entities", "Create multiple new entities in the knowledge graph."),
+        _memory("delete_entities", "Delete multiple entities from the knowledge graph."),
+    ]
+    async with Runtime(tools=specs, journal=":memory:", pool_size=0) as rt:
+        assert rt.tool_names("memory entities") == [
+            "memory.create_entities",
+            "memory.delete_entities",
+        ]
+        assert rt.tool_names("create entity") == ["memory.create_entities"]
+        assert rt.tool_names("graph")[0] == "memory.read_graph"
+        assert set(rt.tool_names("GRAPH")) == {
+            "memory.read_graph",
+            "memory.create_entities",
+            "memory.delete_entities",
+        }
+        assert rt.tool_names("memory contact") == []
+        assert rt.tool_summaries("entities delete") == [
+            ("memory.delete_entities", "Delete multiple entities from the knowledge graph.")
+        ]
+        stubs = rt.prompt("memory entities")
+        assert stubs.index("async def create_entities(") < stubs.index("async def delete_entities(")
+        assert "read_graph" not in stubs

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 
+from toolscript.cli.options import UsageError
 from toolscript.cli.serve import parse_address
 from toolscript.serve.auth import BearerTokenGate, TokenFileError, load_or_create_token
 
@@ -104,5 +104,5 @@ def test_an_http_address_without_a_host_means_loopback(
 
 @pytest.mark.parametrize("text", ["host", "host:port", "1:70000"])
 def test_a_bad_http_address_is_refused(text: str) -> None:
-    with pytest.raises(typer.BadParameter):
+    with pytest.raises(UsageError):
         parse_address(text)

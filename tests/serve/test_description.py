@@ -9,7 +9,7 @@ from mcp import Client
 
 from toolscript import Runtime, ToolSpec
 from toolscript.serve import ToolscriptServer
-from toolscript.serve.description import STUBS_LIMIT
+from toolscript.serve.description import NAMES_LIMIT, STUBS_LIMIT, SUMMARIES_LIMIT
 from toolscript.tools.spec import ToolOutcome
 
 
@@ -60,9 +60,24 @@ async def test_a_large_catalogue_is_named_and_its_stubs_are_found_with_list_tool
             description = listed["run_python"].description or ""
             assert "async def" not in description and "find_record_59" in description
             assert "list_tools" in description
+            assert "crm (60 tools):\n  find_record_0: Find records of kind 0.\n" in description
             found = await client.call_tool("list_tools", {"query": "kind 42."})
             assert found.structured_content is not None
             assert found.structured_content["matched"] == 1
             assert "async def find_record_42(*, query: str" in found.structured_content["stubs"]
             nothing = await client.call_tool("list_tools", {"query": "no such words"})
             assert nothing.is_error
+
+
+@pytest.mark.timeout(30)
+async def test_past_the_summaries_limit_the_description_names_the_tools_by_server() -> None:
+    specs = _specs(250) + _specs(2, server="other")
+    async with Runtime(tools=specs, journal=":memory:", pool_size=0) as runtime:
+        tools = await _tools(runtime)
+        summaries = sum(len(f"  {name}: {about}") for name, about in runtime.tool_summaries())
+    assert summaries > SUMMARIES_LIMIT
+    description = tools["run_python"].description or ""
+    assert "Find records of kind" not in description
+    assert "crm: find_record_0, find_record_1," in description
+    assert "other: find_record_0, find_record_1" in description
+    assert len(description) < STUBS_LIMIT + NAMES_LIMIT

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +141,24 @@ def test_the_example_config_points_at_the_notes_server() -> None:
     root = Path(__file__).resolve().parents[2]
     config = load_mcp_config(root / "examples" / "mcp.json").servers["notes"]
     assert isinstance(config, StdioServerConfig)
-    assert (root / config.args[0]).is_file()
+    assert config.cwd is not None and (Path(config.cwd) / config.args[0]).is_file()
+
+
+def test_python_as_a_command_is_the_python_running_toolscript() -> None:
+    for command in ("python", "python3"):
+        assert one({"command": command}).command == sys.executable
+    assert one({"command": "python3.11"}).command == "python3.11"
+
+
+def test_a_relative_cwd_in_a_file_is_relative_to_the_file_s_folder(tmp_path: Path) -> None:
+    (tmp_path / "servers").mkdir()
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"a": {"command": "x", "cwd": "servers"}}}))
+    absolute = {"mcpServers": {"a": {"command": "x", "cwd": "/srv"}}}
+
+    assert load_mcp_config(path).servers["a"].cwd == str(tmp_path / "servers")  # type: ignore[union-attr]
+    path.write_text(json.dumps(absolute))
+    assert load_mcp_config(path).servers["a"].cwd == "/srv"  # type: ignore[union-attr]
 
 
 def test_a_server_marked_disabled_is_not_started_and_is_listed_as_disabled() -> None:

@@ -24,10 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def notes(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[MCPTools]:
-    # examples/mcp.json names the server by a path relative to the repository root, as the
-    # README runs it; start it from there.
+    # From another folder: examples/mcp.json names the server relative to its own folder.
     with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(ROOT)
+        patch.chdir(tmp_path_factory.mktemp("elsewhere"))
         tools = await MCPTools.open(ROOT / "examples" / "mcp.json", tmp_path_factory.mktemp("logs"))
     try:
         yield tools

@@ -45,7 +45,7 @@ SPECS = [
 
 
 def compiled(source: str) -> dict[str, Any]:
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"__name__": "tools"}
     exec(compile(source, "<prompt>", "exec", dont_inherit=True), namespace)
     return namespace
 
@@ -55,7 +55,7 @@ def test_the_catalogue_compiles_and_groups_tools_by_server() -> None:
     assert inspect.iscoroutinefunction(namespace["send_message"])
     assert inspect.iscoroutinefunction(namespace["github"].create_issue)
     assert inspect.iscoroutinefunction(namespace["github"].list_issues)
-    assert inspect.iscoroutinefunction(namespace["time"].now)
+    assert inspect.iscoroutinefunction(namespace["time_"].now)
 
 
 def test_the_catalogue_reads_as_python_with_a_header_saying_tools_are_awaited() -> None:
@@ -70,7 +70,7 @@ def test_the_catalogue_reads_as_python_with_a_header_saying_tools_are_awaited() 
     assert (
         "    @staticmethod\n"
         "    async def list_issues(*, state: Literal['open', 'closed'] = 'open', "
-        "timeout: float | None = None) -> Any:" in text
+        "timeout: float | None = None) -> str | list[Any]:" in text
     )
 
 
@@ -80,7 +80,7 @@ def test_a_stub_s_signature_is_the_plan_s() -> None:
     signature = inspect.signature(namespace["github"].create_issue)
     assert str(signature) == (
         "(*, title: str, labels: list[typing.Any] | None = None, timeout: float | None = None)"
-        " -> Any"
+        " -> str | list[typing.Any]"
     )
 
 

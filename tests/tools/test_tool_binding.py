@@ -64,7 +64,7 @@ def run(coroutine: Any) -> Any:
 
 
 def stubs_of(plans: list[dict[str, Any]]) -> dict[str, Any]:
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"__name__": "tools"}  # the module the kernel's types are in
     exec(compile(render_prompt(plans), "<prompt>", "exec", dont_inherit=True), namespace)
     return namespace
 
@@ -339,7 +339,7 @@ def test_help_on_a_server_lists_its_tools_with_signatures_and_docstrings() -> No
     assert repr(files) == "<tools of server 'files': read, write_file>"
     assert dir(files) == ["read", "write_file"]
     tool_text = pydoc.render_doc(files.read, renderer=pydoc.plaintext)
-    assert "read(*, timeout: float | None = None) -> Any" in tool_text
+    assert "read(*, timeout: float | None = None) -> str | list[typing.Any]" in tool_text
     assert "Read a file." in tool_text
 
 
@@ -366,7 +366,7 @@ def test_plans_are_json_data() -> None:
         ({"type": "null"}, "None"),
         ({"type": "array", "items": {"type": "string"}}, "list[str]"),
         ({"type": "array"}, "list[Any]"),
-        ({"type": "object", "properties": {"a": {}}}, "dict[str, Any]"),
+        ({"type": "object", "properties": {"a": {}}}, "X"),
         ({"type": "object", "additionalProperties": {"type": "integer"}}, "dict[str, int]"),
         ({"enum": ["a", "b"]}, "Literal['a', 'b']"),
         ({"enum": ["a", None, 1.5]}, "Literal['a'] | float | None"),
@@ -377,7 +377,7 @@ def test_plans_are_json_data() -> None:
         ({"type": ["string", "null"]}, "str | None"),
         ({"type": "string", "nullable": True}, "str | None"),
         ({"$ref": "#/$defs/Name"}, "str"),
-        ({"$ref": "#/$defs/Tree"}, "dict[str, Any]"),
+        ({"$ref": "#/$defs/Tree"}, "Tree"),
         ({"$ref": "#/$defs/List"}, "list[Any]"),
         ({"$ref": "https://example.com/schema"}, "Any"),
         ({"allOf": [{"type": "string"}]}, "str"),
@@ -412,8 +412,17 @@ def test_a_huge_enum_is_rendered_as_its_type() -> None:
 
 def test_the_return_annotation_comes_from_the_output_schema() -> None:
     with_output = spec("t", output_schema={"type": "object", "properties": {"n": {}}})
-    assert plan_for(with_output)["returns"] == "dict[str, Any]"
-    assert plan_for(spec("t"))["returns"] == "Any"
+    assert plan_for(with_output)["returns"] == "TResult"
+    assert plan_for(with_output)["types"] == [
+        {"name": "TResult", "fields": [{"key": "n", "annotation": "Any", "required": False}]}
+    ]
+    assert plan_for(spec("t", output_schema={"type": "object"}))["returns"] == "dict[str, Any]"
+
+
+def test_an_mcp_tool_without_an_output_schema_returns_its_text_and_a_python_tool_any() -> None:
+    assert plan_for(spec("t"))["returns"] == "str | list[Any]"
+    assert "its text, as one str" in plan_for(spec("t"))["doc"]
+    assert plan_for(spec("t", server=None))["returns"] == "Any"
 
 
 def test_a_default_too_big_to_show_is_left_to_the_tool() -> None:
@@ -454,7 +463,7 @@ def test_every_live_signature_and_docstring_equals_its_stub_s() -> None:
     pairs = live_and_stub(plans, bound)
     assert len(pairs) == len(CATALOGUE)
     for live, stub in pairs:
-        assert inspect.signature(live) == inspect.signature(stub)
+        assert str(inspect.signature(live)) == str(inspect.signature(stub))
         assert inspect.getdoc(live) == inspect.getdoc(stub)
         assert live.__qualname__ == stub.__qualname__
 
@@ -489,6 +498,17 @@ schemas = st.recursive(
         st.builds(lambda s: {"oneOf": s, "nullable": True}, st.lists(inner, max_size=3)),
         st.builds(lambda s: {"type": "object", "additionalProperties": s}, inner),
         st.builds(
+            lambda properties, required, title: {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                **({"title": title} if title is not None else {}),
+            },
+            st.dictionaries(names, inner, max_size=3),
+            st.lists(names, max_size=2),
+            st.one_of(st.none(), names),
+        ),
+        st.builds(
             lambda s, d: {**s, "default": d} if isinstance(s, dict) else s,
             inner,
             st.one_of(
@@ -499,18 +519,20 @@ schemas = st.recursive(
     max_leaves=8,
 )
 tool_specs = st.builds(
-    lambda name, server, properties, required, description: ToolSpec(
+    lambda name, server, properties, required, description, output: ToolSpec(
         name=name,
         description=description,
         input_schema={"type": "object", "properties": properties, "required": required},
         handler=answer,
         server=server,
+        output_schema=output if isinstance(output, dict) else None,
     ),
     names,
     st.one_of(st.none(), names),
     st.dictionaries(names, schemas, max_size=6),
     st.lists(names, max_size=3),
     st.text(max_size=20),
+    schemas,
 )
 
 
@@ -546,7 +568,7 @@ def test_any_schemas_give_plans_with_unique_valid_spellings_and_stubs_that_match
     bound = bind(plans, FakeInvoke())
     assert [key for key, _ in bound.failures] == [p["key"] for p in plans if "error" in p]
     for live, stub in live_and_stub(plans, bound):
-        assert inspect.signature(live) == inspect.signature(stub)
+        assert str(inspect.signature(live)) == str(inspect.signature(stub))
 
 
 @pytest.mark.parametrize("optional", [False, True])

@@ -1,64 +1,74 @@
 """The `toolscript` command: run a script, show the catalogue, read the journal, serve, act.
 
-One module per command. Starting the command line imports typer and these modules only; each
-command imports the runtime, the MCP server or the agent when it runs, so `toolscript exec`
-does not pay for the MCP SDK, and `--help` pays for none of them.
+One module per command, each with `add_parser` (its arguments) and its command function.
+Starting the command line imports `argparse` and these modules only; each command imports the
+runtime, the MCP server or the agent when it runs, so `toolscript exec` does not pay for the
+MCP SDK, and `--help` pays for none of them.
+
+A mistake in how a command was called is one line on standard error and exit status 2, never
+a traceback: a bad option value, a missing file, an MCP config that cannot be used, a missing
+extra, a missing API key.
 """
 
 from __future__ import annotations
 
-import typer
+import argparse
+import sys
+from collections.abc import Sequence
 
-from .agent import agent_command
-from .calls import calls_command
-from .exec import exec_command
-from .serve import serve_command
-from .tools import tools_command
+from . import agent, calls, exec, serve, tools
+from .options import HelpFormatter, UsageError
 
-__all__ = ["app", "main"]
-
-app = typer.Typer(
-    name="toolscript",
-    help="Run agent-written Python that calls tools, and report exactly what it did.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # plain help and usage errors: rendering them with rich costs more
-    # than the rest of `--help`
-)
+__all__ = ["build_parser", "main", "run"]
 
 
-def _version(shown: bool) -> None:
-    if shown:
-        from importlib.metadata import PackageNotFoundError, version
+class _Version(argparse.Action):
+    """`--version`: looked up only when asked for (reading package metadata takes time)."""
 
-        try:
-            typer.echo(f"toolscript {version('toolscript')}")
-        except PackageNotFoundError:
-            typer.echo("toolscript (not installed)")
-        raise typer.Exit()
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)  # type: ignore[arg-type]
 
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from .. import __version__
 
-@app.callback()
-def _options(
-    shown: bool = typer.Option(
-        False,
-        "--version",
-        help="Print toolscript's version and exit.",
-        callback=_version,
-        is_eager=True,
-    ),
-) -> None:
-    """Run agent-written Python that calls tools, and report exactly what it did."""
+        print(f"toolscript {__version__}")
+        parser.exit()
 
 
-app.command("exec")(exec_command)
-app.command("tools")(tools_command)
-app.command("calls")(calls_command)
-app.command("agent")(agent_command)
-app.command("serve")(serve_command)
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the whole command line."""
+    parser = argparse.ArgumentParser(
+        prog="toolscript",
+        description="Run agent-written Python that calls tools, and report exactly what it did.",
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--version", action=_Version, help="Print toolscript's version and exit.")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command")
+    for module in (exec, tools, calls, agent, serve):
+        module.add_parser(commands)
+    return parser
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the command line on `argv` (default: `sys.argv[1:]`); its exit status."""
+    parser = build_parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if not arguments:
+        parser.print_help()
+        return 2
+    args = parser.parse_args(arguments)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args))
+    except UsageError as error:
+        print(f"toolscript {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 def main() -> None:
     """The console entry point."""
-    app()
+    sys.exit(run())

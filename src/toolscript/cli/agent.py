@@ -9,22 +9,12 @@ starts.
 
 from __future__ import annotations
 
+import argparse
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from .options import (
-    CheckOption,
-    JournalOption,
-    JSONOption,
-    MCPConfigOption,
-    MountOption,
-    NetworkOption,
-    SandboxOption,
-    check_knob,
-    sandbox_knobs,
-)
+from . import options
+from .options import UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -109,36 +99,70 @@ def summary(turn: Turn) -> str:
     return "\n".join(lines)
 
 
-def agent_command(
-    task: Annotated[str, typer.Argument(help="What the agent should do.", metavar="TASK")],
-    model: Annotated[
-        str, typer.Option("--model", help="anthropic:MODEL or openai:MODEL.", show_default=False)
-    ],
-    base_url: Annotated[
-        str | None,
-        typer.Option("--base-url", help="Another server of that API (any OpenAI-compatible)."),
-    ] = None,
-    mcp_config: MCPConfigOption = None,
-    max_steps: Annotated[
-        int, typer.Option("--max-steps", help="Model requests the turn may make.")
-    ] = 50,
-    lifetime_timeout: Annotated[
-        float | None, typer.Option("--lifetime-timeout", help="Seconds for the whole turn.")
-    ] = None,
-    request_timeout: Annotated[
-        float, typer.Option("--request-timeout", help="Seconds for each model request.")
-    ] = 300.0,
-    tool_timeout: Annotated[
-        float | None,
-        typer.Option("--tool-timeout", help="The longest time limit of one script, in seconds."),
-    ] = 60.0,
-    as_json: JSONOption = False,
-    journal: JournalOption = None,
-    network: NetworkOption = False,
-    sandbox: SandboxOption = "auto",
-    mount: MountOption = None,
-    check: CheckOption = "warn",
-) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The `agent` command's arguments."""
+    parser = options.command(commands, "agent", agent_command.__doc__)
+    parser.add_argument("task", metavar="TASK", help="What the agent should do.")
+    parser.add_argument(
+        "--model", required=True, metavar="PROVIDER:MODEL", help="anthropic:MODEL or openai:MODEL."
+    )
+    parser.add_argument(
+        "--base-url", metavar="URL", help="Another server of that API (any OpenAI-compatible)."
+    )
+    options.add_mcp_config(parser)
+    parser.add_argument(
+        "--max-steps", type=int, default=50, metavar="N", help="Model requests the turn may make."
+    )
+    parser.add_argument(
+        "--lifetime-timeout", type=float, metavar="SECONDS", help="Seconds for the whole turn."
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="Seconds for each model request.",
+    )
+    parser.add_argument(
+        "--tool-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="The longest time limit of one script, in seconds.",
+    )
+    options.add_json(parser)
+    options.add_journal(parser)
+    options.add_sandbox(parser)
+    options.add_check(parser)
+    parser.set_defaults(run=agent_command)
+
+
+SDKS = {"anthropic": "anthropic", "openai": "openai"}
+"""The package each provider's SDK is imported as (the `agent` extra installs them)."""
+
+KEYS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+"""The environment variable each provider's SDK reads its API key from."""
+
+
+def check_provider(model: str, base_url: str | None) -> None:
+    """Refuse, before anything starts, a model that names no provider, a provider whose SDK is
+    not installed, or one whose API key is not set (a local server of the OpenAI API, given
+    with `--base-url`, needs none)."""
+    import importlib.util
+    import os
+
+    provider, sep, name = model.partition(":")
+    if not sep or provider not in SDKS or not name:
+        raise UsageError(f"--model: expected anthropic:MODEL or openai:MODEL, not {model!r}")
+    if importlib.util.find_spec(SDKS[provider]) is None:
+        raise UsageError(
+            f"the {provider} SDK is not installed; install it with: pip install 'toolscript[agent]'"
+        )
+    if not os.environ.get(KEYS[provider]) and not (provider == "openai" and base_url):
+        raise UsageError(f"{KEYS[provider]} is not set: export it with your {provider} API key")
+
+
+def agent_command(args: argparse.Namespace) -> int:
     """Run one agent turn on TASK: the model acts only by running Python scripts.
 
     With --json, the whole turn is printed, transcript included.
@@ -148,20 +172,22 @@ def agent_command(
     from rich.console import Console
     from rich.live import Live
 
+    model, base_url, as_json, journal = args.model, args.base_url, args.as_json, args.journal
+    check_provider(model, base_url)
+    knobs = options.sandbox_knobs(args) | {"check": args.check}
+    mcp_config = options.mcp_config(args.mcp_config)
+
     from ..agent import Agent, ExecutionControl, InvalidControl
 
-    knobs = sandbox_knobs(sandbox, network, mount) | check_knob(check)
     try:
         control = ExecutionControl(
-            request_timeout=request_timeout,
-            lifetime_timeout=lifetime_timeout,
-            tool_timeout=tool_timeout,
-            max_steps=max_steps,
+            request_timeout=args.request_timeout,
+            lifetime_timeout=args.lifetime_timeout,
+            tool_timeout=args.tool_timeout,
+            max_steps=args.max_steps,
         )
     except InvalidControl as error:
-        raise typer.BadParameter(
-            str(error), param_hint=f"--{error.field.replace('_', '-')}"
-        ) from None
+        raise UsageError(f"--{error.field.replace('_', '-')}: {error}") from None
     console = Console(stderr=True)
     progress = Progress(console)
     ended: list[Turn] = []
@@ -175,10 +201,10 @@ def agent_command(
             try:
                 agent = Agent(model, rt, base_url=base_url, control=control, on_event=progress.hear)
             except ValueError as error:
-                raise typer.BadParameter(str(error), param_hint="--model") from None
+                raise UsageError(f"--model: {error}") from None
             with Live(progress.status(), console=console, transient=True) as live:
                 progress.live = live
-                turn = await agent.run(task)
+                turn = await agent.run(args.task)
                 progress.live = None
             ended.append(turn)
             _show(turn, as_json)
@@ -188,9 +214,9 @@ def agent_command(
     except KeyboardInterrupt:
         if not ended:
             console.print("interrupted")
-        raise typer.Exit(130) from None
+        return 130
     turn = ended[0]
-    raise typer.Exit(0 if turn.stop_reason == "end_turn" and turn.blocked is None else 1)
+    return 0 if turn.stop_reason == "end_turn" and turn.blocked is None else 1
 
 
 def _show(turn: Turn, as_json: bool) -> None:

@@ -2,48 +2,55 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import argparse
 
-import typer
+from . import options
+from .options import UsageError
 
-from .options import JournalOption, JSONOption
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The `calls` command's arguments."""
+    parser = options.command(commands, "calls", calls_command.__doc__)
+    parser.add_argument(
+        "--uncertain", action="store_true", help="Only calls whose effect is unknown."
+    )
+    parser.add_argument("--script", metavar="SCRIPT_ID", help="Only the calls of this script.")
+    options.add_json(parser)
+    parser.add_argument(
+        "--limit", type=int, default=200, metavar="N", help="At most this many, newest."
+    )
+    options.add_journal(parser)
+    parser.set_defaults(run=calls_command)
 
 
-def calls_command(
-    uncertain: Annotated[
-        bool, typer.Option("--uncertain", help="Only calls whose effect is unknown.")
-    ] = False,
-    script: Annotated[
-        str | None, typer.Option("--script", help="Only the calls of this script id.")
-    ] = None,
-    as_json: JSONOption = False,
-    limit: Annotated[int, typer.Option("--limit", help="At most this many, newest.")] = 200,
-    journal: JournalOption = None,
-) -> None:
+def calls_command(args: argparse.Namespace) -> int:
     """Show the call journal: every tool call, its fate, and which are uncertain."""
     import dataclasses
     import json
 
     from ..host.journal import Journal
 
-    store = Journal.open(journal)
+    if args.limit < 1:
+        raise UsageError(f"--limit: {args.limit} is not a positive number")
+    store = Journal.open(args.journal)
     try:
-        if uncertain:
+        if args.uncertain:
             records = store.uncertain()
-            if script is not None:
-                records = [call for call in records if call.script_id == script]
-            records = records[-limit:]
+            if args.script is not None:
+                records = [call for call in records if call.script_id == args.script]
+            records = records[-args.limit :]
         else:
-            records = store.calls(script_id=script, limit=limit)
+            records = store.calls(script_id=args.script, limit=args.limit)
     finally:
         store.close()
-    if as_json:
-        typer.echo(json.dumps([dataclasses.asdict(call) for call in records], indent=2))
-        return
+    if args.as_json:
+        print(json.dumps([dataclasses.asdict(call) for call in records], indent=2))
+        return 0
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{len(records)} call(s)" + (" with unknown effect" if uncertain else ""))
+    title = f"{len(records)} call(s)" + (" with unknown effect" if args.uncertain else "")
+    table = Table(title=title)
     for column in ("when", "shell", "script", "tool", "arguments", "fate", "cause", "note"):
         table.add_column(column, overflow="fold")
     for call in records:
@@ -59,6 +66,7 @@ def calls_command(
             note,
         )
     Console().print(table)
+    return 0
 
 
 def _clock(seconds: float) -> str:

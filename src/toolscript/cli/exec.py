@@ -2,76 +2,63 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-
-from .options import (
-    CheckOption,
-    JournalOption,
-    JSONOption,
-    MCPConfigOption,
-    MountOption,
-    NetworkOption,
-    SandboxOption,
-    ToolsOption,
-    check_knob,
-    load_tools,
-    sandbox_knobs,
-)
+from . import options
+from .options import UsageError
 
 
-def exec_command(
-    script: Annotated[
-        Path,
-        typer.Argument(
-            help="The Python script to run ('-' reads standard input).",
-            allow_dash=True,
-            metavar="SCRIPT",
-        ),
-    ],
-    tools: ToolsOption = None,
-    mcp_config: MCPConfigOption = None,
-    time_limit: Annotated[
-        float | None, typer.Option("--time-limit", help="Seconds before the script is stopped.")
-    ] = None,
-    as_json: JSONOption = False,
-    journal: JournalOption = None,
-    network: NetworkOption = False,
-    sandbox: SandboxOption = "auto",
-    mount: MountOption = None,
-    check: CheckOption = "warn",
-    cwd: Annotated[
-        Path | None,
-        typer.Option(
-            "--cwd",
-            help="The folder the script works in, shown read-write in the sandbox "
-            "(default: the current directory).",
-            exists=True,
-            file_okay=False,
-        ),
-    ] = None,
-    no_cwd: Annotated[
-        bool,
-        typer.Option("--no-cwd", help="Show the script no folder of yours: a private one."),
-    ] = False,
-) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The `exec` command's arguments."""
+    parser = options.command(commands, "exec", exec_command.__doc__)
+    parser.add_argument("script", metavar="SCRIPT", help="The Python script ('-' reads stdin).")
+    options.add_tools(parser)
+    options.add_mcp_config(parser)
+    parser.add_argument(
+        "--time-limit", type=float, metavar="SECONDS", help="Seconds before the script is stopped."
+    )
+    options.add_json(parser)
+    options.add_journal(parser)
+    options.add_sandbox(parser)
+    options.add_check(parser)
+    parser.add_argument(
+        "--cwd",
+        metavar="FOLDER",
+        help="The folder the script works in, shown read-write in the sandbox "
+        "(default: the current folder).",
+    )
+    parser.add_argument(
+        "--no-cwd", action="store_true", help="Show the script no folder of yours: a private one."
+    )
+    parser.set_defaults(run=exec_command)
+
+
+def exec_command(args: argparse.Namespace) -> int:
     """Run SCRIPT in a fresh interpreter and print what the model would read.
 
-    The script works in the current directory (read-write), so `open("data.csv")` and a
-    saved `plot.png` behave as you expect; everything else of the host it sees read-only,
-    if at all. Each run is a shell of its own. Exits 0 only when the script succeeded.
+    The script works in the current folder (read-write), so `open("data.csv")` and a saved
+    `plot.png` behave as you expect; everything else of the host it sees read-only, if at all.
+    Each run is a shell of its own. Exits 0 only when the script succeeded.
     """
+    code = sys.stdin.read() if args.script == "-" else _read_script(Path(args.script))
+    if args.time_limit is not None and not 0 < args.time_limit < float("inf"):
+        raise UsageError(f"--time-limit: {args.time_limit:g} is not a positive number of seconds")
+    if args.cwd is not None and not Path(args.cwd).is_dir():
+        raise UsageError(f"--cwd: {args.cwd} is not a folder")
+    workdir = None if args.no_cwd else Path(args.cwd or Path.cwd())
+    knobs = options.sandbox_knobs(args) | {"check": args.check}
+    if args.sandbox != "off":
+        # First, so that the interpreter starts while the rest is read and imported.
+        _head_start(knobs["mounts"], workdir, args.network)
+    config = options.mcp_config(args.mcp_config)
+    specs = options.load_tools(args.tools)
+
     import asyncio
     import os
     import secrets
-
-    code = sys.stdin.read() if str(script) == "-" else _read_script(script)
-    specs = load_tools(tools)
-    workdir = None if no_cwd else (cwd or Path.cwd())
-    knobs = sandbox_knobs(sandbox, network, mount) | check_knob(check)
 
     async def main() -> Any:
         from ..runtime import Runtime
@@ -80,34 +67,50 @@ def exec_command(
         # template that then forks it, and no pool is filled only to be closed.
         async with Runtime(
             tools=specs,
-            mcp_config=mcp_config,
-            journal=journal,
+            mcp_config=config,
+            journal=args.journal,
             workdir=workdir,
             fork=False,
             pool_size=0,
             **knobs,
         ) as rt:
             for server, reason in rt.mcp_failures.items():
-                typer.echo(f"toolscript: MCP server {server!r} did not start: {reason}", err=True)
+                print(f"toolscript: MCP server {server!r} did not start: {reason}", file=sys.stderr)
             # A shell of its own: a call an earlier `exec` left in doubt is that process's
             # to report (`toolscript calls --uncertain`), not this unrelated script's.
             shell = rt.shell(f"exec-{os.getpid()}-{secrets.token_hex(3)}")
-            return await shell.run(code, time_limit=time_limit)
+            return await shell.run(code, time_limit=args.time_limit)
 
     result = asyncio.run(main())
-    if as_json:
+    if args.as_json:
         import json
 
-        typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:
-        typer.echo(result.text, nl=False)
-    raise typer.Exit(result.exit_code)
+        sys.stdout.write(result.text)
+    sys.stdout.flush()
+    return int(result.exit_code)
+
+
+def _head_start(mounts: dict[str | Path, str], workdir: Path | None, network: bool) -> None:
+    """Start the script's interpreter now, while the runtime is imported (`headstart`)."""
+    from ..host import headstart
+    from ..host.sandbox import Mount, parse_mounts
+
+    try:
+        shown = parse_mounts(dict(mounts))
+    except ValueError as error:
+        raise UsageError(f"--mount: {error}") from None
+    if workdir is not None:
+        folder = str(workdir.expanduser().resolve())
+        shown.append(Mount(folder, folder, writable=True))
+    headstart.begin(env={}, mounts=shown, network=network)
 
 
 def _read_script(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except OSError as error:
-        raise typer.BadParameter(f"cannot read {path}: {error.strerror}") from None
+        raise UsageError(f"cannot read {path}: {error.strerror}") from None
     except UnicodeDecodeError:
-        raise typer.BadParameter(f"{path} is not UTF-8 text") from None
+        raise UsageError(f"{path} is not UTF-8 text") from None

@@ -1,106 +1,177 @@
 """The options several commands share, each defined once, and what they turn into.
 
-This module is imported whenever the command line starts: typer and the standard library only.
+The command line is `argparse`, which the standard library already holds: a parser made with
+typer built pydantic validators for every parameter before it read one, and that cost more than
+running a whole script. This module is imported whenever the command line starts, so it
+imports the standard library only.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 
-ToolsOption = Annotated[
-    list[str] | None,
-    typer.Option(
+class UsageError(Exception):
+    """A mistake in how a command was called (a bad value, a missing file, a missing extra or
+    API key): printed as one line, and the command exits with status 2."""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help as written (paragraphs kept), with each option's default when it has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or default is None
+            or default is False
+            or default == []
+            or default is argparse.SUPPRESS
+        ):
+            return text
+        return f"{text} (default: {default})"
+
+
+def command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    doc: str | None,
+) -> argparse.ArgumentParser:
+    """A subcommand whose help is `doc` (its first line is the one-line summary)."""
+    text = (doc or "").strip()
+    summary = text.splitlines()[0] if text else ""
+    return commands.add_parser(
+        name,
+        help=summary,
+        description=_dedent(text),
+        formatter_class=HelpFormatter,
+    )
+
+
+def add_tools(parser: argparse.ArgumentParser) -> None:
+    """`--tools MODULE:ATTR`, repeatable."""
+    parser.add_argument(
         "--tools",
-        help="Python tools as MODULE:ATTR (one tool, or a list of them). Repeatable.",
+        action="append",
         metavar="MODULE:ATTR",
-    ),
-]
-MCPConfigOption = Annotated[
-    Path | None,
-    typer.Option(
+        help="Python tools as MODULE:ATTR (one tool, or a list of them). Repeatable.",
+    )
+
+
+def add_mcp_config(parser: argparse.ArgumentParser) -> None:
+    """`--mcp-config FILE`."""
+    parser.add_argument(
         "--mcp-config",
+        metavar="FILE",
         help="An MCP client config file whose servers' tools scripts can call: "
         '{"mcpServers": {name: {command, args, env} | {url}}}.',
-        exists=True,
-        dir_okay=False,
-        readable=True,
-    ),
-]
-JournalOption = Annotated[
-    str | None,
-    typer.Option(
-        "--journal", help="The journal file, or ':memory:' (default: the one in the state dir)."
-    ),
-]
-NetworkOption = Annotated[
-    bool,
-    typer.Option("--network", help="Let scripts use the host's network (off by default)."),
-]
-SandboxOption = Annotated[
-    str,
-    typer.Option(
+    )
+
+
+def add_journal(parser: argparse.ArgumentParser) -> None:
+    """`--journal FILE`."""
+    parser.add_argument(
+        "--journal",
+        metavar="FILE",
+        help="The journal file, or ':memory:' (default: the one in the state folder).",
+    )
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    """`--json`."""
+    parser.add_argument(
+        "--json", dest="as_json", action="store_true", help="Print JSON instead of text."
+    )
+
+
+def add_sandbox(parser: argparse.ArgumentParser) -> None:
+    """`--network`, `--sandbox` and `--mount`."""
+    parser.add_argument(
+        "--network",
+        action="store_true",
+        help="Let scripts use the host's network (off by default).",
+    )
+    parser.add_argument(
         "--sandbox",
+        choices=("auto", "required", "off"),
+        default="auto",
+        metavar="auto|required|off",
         help="auto: sandbox every interpreter where the machine allows it; required: refuse "
         "to run without one; off: no sandbox (for debugging).",
-        metavar="auto|required|off",
-    ),
-]
-MountOption = Annotated[
-    list[str] | None,
-    typer.Option(
+    )
+    parser.add_argument(
         "--mount",
+        action="append",
+        metavar="HOST[:/PATH][:rw]",
         help="Show a host folder or file to scripts, read-only unless ':rw' ends it; "
         "':/PATH' before that shows it at PATH. Repeatable.",
-        metavar="HOST[:/PATH][:rw]",
-    ),
-]
-CheckOption = Annotated[
-    str,
-    typer.Option(
+    )
+
+
+def add_check(parser: argparse.ArgumentParser) -> None:
+    """`--check warn|refuse|off`."""
+    parser.add_argument(
         "--check",
-        help="Check each script against the tools' stubs before it runs: warn: run it and "
-        "put what the check found first; refuse: run nothing when the check finds a problem; "
-        "off: no check.",
+        choices=("warn", "refuse", "off"),
+        default="warn",
         metavar="warn|refuse|off",
-    ),
-]
-JSONOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+        help="Check each script against the tools' stubs before it runs. warn: run it, the "
+        "findings first in what it prints; refuse: run nothing when the check finds a "
+        "problem; off: no check.",
+    )
 
 
 def load_tools(references: list[str] | None) -> list[Any]:
-    """Import each `MODULE:ATTR` of `--tools` (one tool or a list of them); a bad one is a
-    usage error."""
+    """Import each `MODULE:ATTR` of `--tools` (one tool or a list of them)."""
+    if not references:
+        return []
     from ..tools.references import ToolReferenceError
     from ..tools.references import load_tools as load
 
     try:
         return load(references)
     except ToolReferenceError as error:
-        raise typer.BadParameter(str(error), param_hint="--tools") from None
+        raise UsageError(f"--tools: {error}") from None
 
 
-def sandbox_knobs(sandbox: str, network: bool, mounts: list[str] | None) -> dict[str, Any]:
-    """The `Runtime` keyword arguments for `--sandbox`, `--network` and `--mount`; a bad value
-    is a usage error."""
-    if sandbox not in ("auto", "required", "off"):
-        raise typer.BadParameter(
-            f"{sandbox!r} is not auto, required or off", param_hint="--sandbox"
-        )
+def mcp_config(path: str | None) -> Path | None:
+    """The `--mcp-config` file, read and checked now: a missing file or a config that cannot be
+    used is a usage error naming what is wrong, before anything starts."""
+    if path is None:
+        return None
+    found = Path(path)
+    if not found.is_file():
+        what = "is a folder" if found.is_dir() else "does not exist"
+        raise UsageError(f"--mcp-config: {path} {what}")
+    from ..tools.mcp.config import MCPConfigError, load_mcp_config
+
+    try:
+        load_mcp_config(found)
+    except MCPConfigError as error:
+        raise UsageError(f"--mcp-config: {error}") from None
+    return found
+
+
+def sandbox_knobs(args: argparse.Namespace) -> dict[str, Any]:
+    """The `Runtime` keyword arguments for `--sandbox`, `--network` and `--mount`."""
     parsed: dict[str, str] = {}
-    for text in mounts or ():
+    for text in args.mount or ():
         writable = text.endswith(":rw")
         rest = text[: -len(":rw")] if writable else text.removesuffix(":ro")
         host, _, target = rest.partition(":/")
+        if not os.path.exists(host):
+            raise UsageError(f"--mount: {host} does not exist")
         mode = "rw" if writable else "ro"
         parsed[host] = f"/{target}:{mode}" if target else mode
-    return {"sandbox": sandbox, "network": network, "mounts": parsed}
+    return {"sandbox": args.sandbox, "network": args.network, "mounts": parsed}
 
 
-def check_knob(check: str) -> dict[str, Any]:
-    """The `Runtime` keyword argument for `--check`; a bad value is a usage error."""
-    if check not in ("warn", "refuse", "off"):
-        raise typer.BadParameter(f"{check!r} is not warn, refuse or off", param_hint="--check")
-    return {"check": check}
+def _dedent(text: str) -> str:
+    first, _, rest = text.partition("\n")
+    import textwrap
+
+    return f"{first}\n{textwrap.dedent(rest)}" if rest else first

@@ -7,28 +7,18 @@ when the command runs, not when the command line starts.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
-import ipaddress
-import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING
 
-import typer
+from . import options
+from .options import UsageError
 
-from .options import (
-    CheckOption,
-    JournalOption,
-    MCPConfigOption,
-    MountOption,
-    NetworkOption,
-    SandboxOption,
-    ToolsOption,
-    check_knob,
-    load_tools,
-    sandbox_knobs,
-)
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable
 
 LOOPBACK = "127.0.0.1"
 
@@ -41,34 +31,36 @@ def parse_address(text: str) -> tuple[str, int]:
     try:
         port = int(port_text)
     except ValueError:
-        raise typer.BadParameter(
-            f"{text!r} is not HOST:PORT (for example 127.0.0.1:8765)", param_hint="--http"
+        raise UsageError(
+            f"--http: {text!r} is not HOST:PORT (for example 127.0.0.1:8765)"
         ) from None
     if not 0 <= port <= 65535:
-        raise typer.BadParameter(f"port {port} is not between 0 and 65535", param_hint="--http")
+        raise UsageError(f"--http: port {port} is not between 0 and 65535")
     return host or LOOPBACK, port
 
 
 def listen(host: str, port: int) -> socket.socket:
     """A listening TCP socket on (host, port); port 0 lets the system choose."""
+    import socket
+
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as error:
-        raise typer.BadParameter(f"cannot resolve {host!r}: {error}", param_hint="--http") from None
+        raise UsageError(f"--http: cannot resolve {host!r}: {error}") from None
     listener = socket.socket(family, kind, proto)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind(address)
     except OSError as error:
         listener.close()
-        raise typer.BadParameter(
-            f"cannot listen on {host}:{port}: {error.strerror}", param_hint="--http"
-        ) from None
+        raise UsageError(f"--http: cannot listen on {host}:{port}: {error.strerror}") from None
     listener.listen(128)
     return listener
 
 
 def _is_loopback(listener: socket.socket) -> bool:
+    import ipaddress
+
     address = listener.getsockname()[0]
     try:
         return ipaddress.ip_address(address).is_loopback
@@ -76,53 +68,47 @@ def _is_loopback(listener: socket.socket) -> bool:
         return False
 
 
-def serve_command(
-    mcp_config: MCPConfigOption = None,
-    tools: ToolsOption = None,
-    http: Annotated[
-        str | None,
-        typer.Option(
-            "--http",
-            help="Serve streamable HTTP on HOST:PORT (path /mcp) instead of stdio. A bare "
-            "PORT listens on 127.0.0.1 only; another host must be named.",
-            metavar="HOST:PORT",
-        ),
-    ] = None,
-    token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--token-file",
-            help="With --http: the bearer token's file. Made (mode 0600) with a new token "
-            "when it does not exist. Without it a token is made for this run and shown once.",
-        ),
-    ] = None,
-    allow_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-host",
-            help="With --http: another name the server answers to in the Host header, as "
-            "NAME or NAME:PORT (without a port, any port), for a proxy that forwards its own "
-            "name. Repeatable. Without it, only the address it listens on is answered "
-            "(127.0.0.1, localhost and [::1] for loopback); other requests get 421.",
-            metavar="NAME[:PORT]",
-        ),
-    ] = None,
-    allow_origin: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-origin",
-            help="With --http: a web origin (scheme://NAME[:PORT]) whose pages may call the "
-            "server. Repeatable. Without it, a request with an Origin header other than the "
-            "server's own gets 403.",
-            metavar="ORIGIN",
-        ),
-    ] = None,
-    journal: JournalOption = None,
-    network: NetworkOption = False,
-    sandbox: SandboxOption = "auto",
-    mount: MountOption = None,
-    check: CheckOption = "warn",
-) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The `serve` command's arguments."""
+    parser = options.command(commands, "serve", serve_command.__doc__)
+    options.add_mcp_config(parser)
+    options.add_tools(parser)
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="Serve streamable HTTP on HOST:PORT (path /mcp) instead of stdio. A bare "
+        "PORT listens on 127.0.0.1 only; another host must be named.",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="With --http: the bearer token's file. Made (mode 0600) with a new token "
+        "when it does not exist. Without it a token is made for this run and shown once.",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="NAME[:PORT]",
+        help="With --http: another name the server answers to in the Host header, as "
+        "NAME or NAME:PORT (without a port, any port), for a proxy that forwards its own "
+        "name. Repeatable. Without it, only the address it listens on is answered "
+        "(127.0.0.1, localhost and [::1] for loopback); other requests get 421.",
+    )
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="With --http: a web origin (scheme://NAME[:PORT]) whose pages may call the "
+        "server. Repeatable. Without it, a request with an Origin header other than the "
+        "server's own gets 403.",
+    )
+    options.add_journal(parser)
+    options.add_sandbox(parser)
+    options.add_check(parser)
+    parser.set_defaults(run=serve_command)
+
+
+def serve_command(args: argparse.Namespace) -> int:
     """Serve toolscript to an MCP client: one run_python tool in which every tool is Python."""
     import asyncio
     import logging
@@ -130,16 +116,19 @@ def serve_command(
     from ..serve.auth import TokenFileError, load_or_create_token
     from ..serve.hosts import HostCheck
 
-    knobs = sandbox_knobs(sandbox, network, mount) | check_knob(check)
+    knobs = options.sandbox_knobs(args) | {"check": args.check}
+    mcp_config = options.mcp_config(args.mcp_config)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="toolscript: %(message)s")
-    specs = load_tools(tools)
+    specs = options.load_tools(args.tools)
+    http, token_file, sandbox = args.http, args.token_file, args.sandbox
+    allow_host, allow_origin = args.allow_host, args.allow_origin
     for name, given in (
         ("--token-file", token_file),
         ("--allow-host", allow_host),
         ("--allow-origin", allow_origin),
     ):
         if given and http is None:
-            raise typer.BadParameter(f"{name} goes with --http", param_hint=name)
+            raise UsageError(f"{name} goes with --http")
     allowed_hosts, allowed_origins = list(allow_host or ()), list(allow_origin or ())
     listener: socket.socket | None = None
     token = ""
@@ -150,11 +139,11 @@ def serve_command(
         try:
             HostCheck.for_bind(host, port, allow_hosts=allowed_hosts, allow_origins=allowed_origins)
         except ValueError as error:
-            raise typer.BadParameter(str(error), param_hint="--allow-host/--allow-origin") from None
+            raise UsageError(f"--allow-host/--allow-origin: {error}") from None
         try:
-            found = load_or_create_token(token_file)
+            found = load_or_create_token(None if token_file is None else Path(token_file))
         except TokenFileError as error:
-            raise typer.BadParameter(str(error), param_hint="--token-file") from None
+            raise UsageError(f"--token-file: {error}") from None
         token = found.value
         if found.created and found.path is not None:
             _say(f"wrote a new bearer token to {found.path} (mode 0600)")
@@ -183,7 +172,7 @@ def serve_command(
                 served.stop()
 
         _stop_on_signals(stop)
-        async with Runtime(tools=specs, mcp_config=mcp_config, journal=journal, **knobs) as rt:
+        async with Runtime(tools=specs, mcp_config=mcp_config, journal=args.journal, **knobs) as rt:
             for server, reason in rt.mcp_failures.items():
                 _say(f"MCP server {server!r} did not start: {reason}")
             if rt.sandbox_failure is not None and sandbox != "off":
@@ -207,6 +196,7 @@ def serve_command(
 
     with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
         asyncio.run(main())
+    return 0
 
 
 def _stop_on_signals(stop: Callable[[], None]) -> None:

@@ -48,6 +48,19 @@ def scrubbed_environment(extra: Mapping[str, str] | None = None) -> dict[str, st
     return env
 
 
+def interpreter_environment(extra: Mapping[str, str], sandboxed: bool) -> dict[str, str]:
+    """An interpreter's environment: the scrubbed host environment plus `extra`; in a sandbox,
+    HOME and TMPDIR are its own /tmp unless `extra` sets them (the host's home and temporary
+    folder are not in the sandbox; its /tmp is, private and writable, where libraries look
+    for a home to keep caches in)."""
+    env = scrubbed_environment(extra)
+    if sandboxed:
+        for name in ("HOME", "TMPDIR"):
+            if name not in extra:
+                env[name] = "/tmp"
+    return env
+
+
 def resolve_limits(overrides: Mapping[str, int | None] | None) -> dict[str, int | None]:
     """The default limits with the caller's overrides; an unknown name is a `ValueError`."""
     limits = dict(DEFAULT_LIMITS)

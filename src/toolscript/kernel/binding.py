@@ -21,13 +21,15 @@ import keyword
 import types
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 
 Invoke = Callable[[str, dict[str, Any], "float | None"], Awaitable[Any]]
 
 _ANNOTATION_NAMES: dict[str, Any] = {
     "Any": Any,
     "Literal": Literal,
+    "NotRequired": NotRequired,
+    "TypedDict": TypedDict,
     "str": str,
     "int": int,
     "float": float,
@@ -45,12 +47,14 @@ class Bound:
     `top_level` maps names to objects for the script's namespace: Python tools by their
     spelling, and one `ServerTools` per server by its spelling. `servers` holds the servers
     alone. `failures` lists `(tool key, why)` for each plan that could not be built.
-    `qualnames` holds the `__qualname__` of every generated function (`"github.create_issue"`,
-    or the spelling of a top-level tool), to recognize tool coroutines.
+    `qualnames` holds the `__qualname__` of every generated function (`"memory.read_graph"`,
+    or the spelling of a top-level tool), to recognize tool coroutines. `types` holds the
+    `TypedDict`s the annotations name (also in `top_level`, as the stubs define them).
     """
 
     top_level: dict[str, Any] = field(default_factory=dict)
     servers: dict[str, ServerTools] = field(default_factory=dict)
+    types: dict[str, Any] = field(default_factory=dict)
     failures: list[tuple[str, str]] = field(default_factory=list)
     qualnames: frozenset[str] = frozenset()
 
@@ -102,7 +106,8 @@ def bind(plans: list[dict[str, Any]], invoke: Invoke) -> Bound:
             if isinstance(plan, Mapping) and "error" in plan:
                 _note_unbound(bound, plan)
                 raise _Unbuildable(str(plan["error"]))
-            function, qualname = _build(plan, invoke, annotations)
+            _build_types(bound, plan.get("types") or (), annotations)
+            function, qualname = _build(plan, invoke, annotations, bound.types)
             _place(bound, plan, function)
             qualnames.add(qualname)
         except _Unbuildable as error:
@@ -148,7 +153,9 @@ def _identifier(value: object, what: str) -> str:
     return value
 
 
-def _build(plan: Mapping[str, Any], invoke: Invoke, annotations: dict[str, Any]) -> tuple[Any, str]:
+def _build(
+    plan: Mapping[str, Any], invoke: Invoke, annotations: dict[str, Any], types: Mapping[str, Any]
+) -> tuple[Any, str]:
     if not isinstance(plan, Mapping):
         raise _Unbuildable("its plan is not a mapping")
     key = plan["key"]
@@ -207,24 +214,42 @@ def _build(plan: Mapping[str, Any], invoke: Invoke, annotations: dict[str, Any])
     function.__module__ = "tools"
     function.__doc__ = str(plan["doc"])
     hints = {
-        s: _annotation(p["annotation"], annotations)
+        s: _annotation(p["annotation"], annotations, types)
         for s, p in zip(spellings, parameters, strict=True)
     }
-    hints[timeout] = _annotation("float | None", annotations)
+    hints[timeout] = _annotation("float | None", annotations, types)
     if catch_all:
         hints[catch_all] = Any
-    hints["return"] = _annotation(plan["returns"], annotations)
+    hints["return"] = _annotation(plan["returns"], annotations, types)
     function.__annotations__ = hints
     return function, qualname
 
 
-def _annotation(text: object, cache: dict[str, Any]) -> Any:
+def _build_types(bound: Bound, definitions: Any, cache: dict[str, Any]) -> None:
+    """Build the `TypedDict`s a plan names that no earlier plan built (the host names each
+    shape once, so a name seen before is the same type)."""
+    for definition in definitions:
+        name = _identifier(definition["name"], "type name")
+        if name in bound.types:
+            continue
+        if name in bound.top_level:
+            raise _Unbuildable(f"its type name {name!r} is already taken by a tool or server")
+        fields: dict[str, Any] = {}
+        for item in definition["fields"]:
+            hint = _annotation(item["annotation"], cache, bound.types)
+            fields[str(item["key"])] = hint if item["required"] else NotRequired[hint]
+        made: Any = TypedDict(name, fields)  # type: ignore[misc]
+        made.__module__ = "tools"
+        bound.types[name] = bound.top_level[name] = made
+
+
+def _annotation(text: object, cache: dict[str, Any], types: Mapping[str, Any]) -> Any:
     """The annotation `text` names, or the text itself when this Python cannot evaluate it."""
     if not isinstance(text, str):
         raise _Unbuildable(f"an annotation {text!r} is not text")
     if text not in cache:
         try:
-            cache[text] = eval(text, {"__builtins__": {}}, dict(_ANNOTATION_NAMES))
+            cache[text] = eval(text, {"__builtins__": {}}, {**_ANNOTATION_NAMES, **types})
         except Exception:
             cache[text] = text
     return cache[text]

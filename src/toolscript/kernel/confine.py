@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import struct
 
 CLONE_NEWNS = 0x00020000
@@ -353,13 +352,13 @@ def _filter(machine: str) -> list[tuple[int, int, int, int]]:
 
 def seccomp_supported() -> bool:
     """Whether this machine's architecture has a filter here."""
-    return platform.machine() in _NUMBERS
+    return os.uname().machine in _NUMBERS
 
 
 def install_seccomp() -> None:
     """Install the filter for this process and every process it starts; needs
     `no_new_privs` (or CAP_SYS_ADMIN)."""
-    machine = platform.machine()
+    machine = os.uname().machine
     if machine not in _NUMBERS:
         raise ConfineError(0, f"seccomp: no filter for the {machine} architecture")
     program = _filter(machine)

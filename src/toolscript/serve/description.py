@@ -1,8 +1,9 @@
 """What the MCP client's model reads about toolscript's tools: their descriptions.
 
 The `run_python` description carries the whole catalogue as Python stubs when it is small
-enough (`STUBS_LIMIT` characters); past that it names the tools, and a `list_tools` tool gives
-the stubs of the ones the model asks for, so a client with hundreds of upstream tools does
+enough (`STUBS_LIMIT` characters); past that each server with its tool count and a line per
+tool (`SUMMARIES_LIMIT`), then the tools' names alone, then the servers' counts; and a
+`list_tools` tool gives the stubs of the ones the model asks for, so a client with hundreds of upstream tools does
 not pay for all their signatures in every request.
 """
 
@@ -13,6 +14,7 @@ from ..runtime import Runtime
 __all__ = [
     "NAMES_LIMIT",
     "STUBS_LIMIT",
+    "SUMMARIES_LIMIT",
     "catalogue_is_large",
     "list_tools_description",
     "matching_stubs",
@@ -21,6 +23,9 @@ __all__ = [
 
 STUBS_LIMIT = 12_000
 """Characters of stubs that still go into the `run_python` description."""
+
+SUMMARIES_LIMIT = 10_000
+"""Characters of one-line tool summaries that still go into it when the stubs do not."""
 
 NAMES_LIMIT = 6_000
 """Characters of tool names that still go into it when the stubs do not."""
@@ -75,9 +80,10 @@ def run_python_description(runtime: Runtime, *, keep_results_for: float) -> str:
         parts.append("The tools, as Python stubs:\n```python\n" + prompt.rstrip() + "\n```")
     else:
         parts.append(
-            f"There are {len(names)} tools, too many to describe here. Call list_tools with a "
-            "word, a server or a tool name to read the signatures and descriptions of the "
-            "matching ones, or run `help(server_name.tool_name)` in a script.\n" + _names(names)
+            f"There are {len(names)} tools, too many to show their signatures here. Call "
+            "list_tools with words, a server or a tool name to read the signatures and "
+            "descriptions of the matching ones, or run `help(server_name.tool_name)` in a "
+            "script.\n" + _summaries(runtime.tool_summaries())
         )
     return "\n\n".join(part for part in parts if part)
 
@@ -86,8 +92,9 @@ def list_tools_description() -> str:
     """The `list_tools` tool's description (offered only when the catalogue is large)."""
     return (
         "Show the Python signatures and descriptions of the tools that run_python code can "
-        "call. `query` keeps only the tools whose server, name or description contains it "
-        "(case-insensitive); leave it empty for all of them (long)."
+        "call. `query` keeps only the tools whose name, server or description has every word "
+        "of it (case-insensitive, e.g. 'memory entities'), best match first; leave it empty "
+        "for all of them (long)."
     )
 
 
@@ -97,6 +104,25 @@ def matching_stubs(runtime: Runtime, query: str) -> tuple[str, int]:
     if count == 0:
         return "", 0
     return runtime.prompt(query), count
+
+
+def _summaries(summaries: list[tuple[str, str]]) -> str:
+    """Each server with its tool count and a line per tool, if short enough; else names."""
+    by_namespace: dict[str, list[tuple[str, str]]] = {}
+    for name, about in summaries:
+        namespace, _, function = name.rpartition(".")
+        by_namespace.setdefault(namespace, []).append((function, about))
+    lines: list[str] = []
+    for namespace, tools in by_namespace.items():
+        count = f"{len(tools)} tool{'s' if len(tools) != 1 else ''}"
+        lines.append(f"{namespace} ({count}):" if namespace else f"top level ({count}):")
+        lines += [
+            f"  {function}: {about}" if about else f"  {function}" for function, about in tools
+        ]
+    text = "\n".join(lines)
+    if len(text) <= SUMMARIES_LIMIT:
+        return "The tools by server:\n" + text
+    return _names([name for name, _ in summaries])
 
 
 def _names(names: list[str]) -> str:

@@ -1,9 +1,9 @@
 """Binding plans: how each tool appears inside a script, decided once, in the host.
 
-One concept, though a little over 500 lines: how a tool's schema becomes a Python
-signature, with every rule of spelling and folding in one place, since the stubs and the
-live functions must follow the same ones. A plan is plain JSON-safe data. The kernel builds a live `async def` from it
-(`toolscript.kernel.binding.bind`) and `toolscript.tools.prompt.render_prompt` writes the same
+One concept: how a tool's schema becomes a Python signature, with every rule of spelling and
+folding in one place, since the stubs and the live functions must follow the same ones (the
+schemas' types are rendered by `toolscript.tools.schema_types`). A plan is plain JSON-safe
+data. The kernel builds a live `async def` from it (`toolscript.kernel.binding.bind`) and `toolscript.tools.prompt.render_prompt` writes the same
 function as a stub, so the signature the model reads and the one the script calls cannot
 disagree: neither side decides anything, both copy the plan.
 
@@ -20,7 +20,13 @@ A plan is a dict with these keys:
 - `catch_all`: the spelling of the `**kwargs` parameter, or `None` when the tool needs none.
 - `timeout`: the spelling of the per-call timeout keyword (`timeout`, or `call_timeout` when
   the tool has a parameter of its own spelled `timeout`).
-- `returns`: the return annotation text; `doc`: the docstring.
+- `returns`: the return annotation text: the output schema's type (a `TypedDict` for an
+  object), else `str | list[Any]` for an MCP tool (its text, or its content blocks) and `Any`
+  for a Python tool; `doc`: the docstring, which says what the value is and, when the Python
+  spelling differs, the tool's and the server's own names.
+- `types`: the `TypedDict` definitions the annotations name (see
+  `toolscript.tools.schema_types`), each before any that uses it; a definition of the same
+  name is the same in every plan of a catalogue.
 - `error`: present only on a plan that could not be made; it then holds only `key`, `name`,
   `server`, `error` and (when the server's spelling is known) `namespace`, and the kernel
   reports the tool as not bound, naming the reason.
@@ -43,29 +49,52 @@ becomes `_` (a class body would mangle it), and the result is NFKC-normalized as
 parser does. Names that were identifiers are placed first, so a rename never takes a sibling's
 name; a rename that collides gets `_2`, `_3`, ... in schema order. A name with nothing left to
 spell (`""`, `"!!!"`) goes through the catch-all and is listed in the docstring.
+
+Clashes. Goal: a server or Python tool never hides, or is hidden by, a name a script uses.
+What fails: a server keyed `time` bound as `time` is replaced by `import time`, and the
+script's `time.get_current_time` is an `AttributeError` that points nowhere. What we do:
+servers and Python tools (which share the script's namespace) named like a standard-library
+module, a builtin, a keyword or a name the stubs use get the trailing `_` too (`time_`),
+everywhere: the stub, the live binding and `tools.time_`; the prompt says why in one line.
 """
 
 from __future__ import annotations
 
+import builtins
 import keyword
 import math
+import sys
+import textwrap
 import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from toolscript.tools.schema_types import SchemaTypes, resolve_root
 from toolscript.tools.spec import ToolSpec
 
-ANNOTATION_NAMES = frozenset({"Any", "Literal", "str", "int", "float", "bool", "list", "dict"})
+ANNOTATION_NAMES = frozenset(
+    {"Any", "Literal", "NotRequired", "TypedDict", "str", "int", "float", "bool", "list", "dict"}
+)
 """Names the rendered annotations use; a tool spelled like one would shadow it in the stubs."""
 
 RESERVED_TOP_LEVEL = ANNOTATION_NAMES | {"tools", "ToolError", "ToolTimeout"}
 """Names a top-level tool or server may not take: the stubs and the kernel use them."""
 
+STANDARD_LIBRARY = frozenset(sys.stdlib_module_names)
+BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("__"))
+
+CLASHING_TOP_LEVEL = RESERVED_TOP_LEVEL | STANDARD_LIBRARY | BUILTINS
+"""Names a server or Python tool is never bound under as they are: `time` is `time_`, so a
+script can `import time` and still call the server's tools."""
+
+CONTENT_NAMES = frozenset({"Image", "Audio", "Resource", "ResourceLink"})
+"""The kinds of content block a text-answering tool may return; no type takes these names."""
+
+TEXT_RETURNS = "str | list[Any]"
+"""The return annotation of an MCP tool that publishes no output schema."""
+
 TIMEOUT_DOC = "Seconds to wait for the answer, then ToolTimeout (the call may still take effect)."
 
-_MAX_DEPTH = 8
-_MAX_NODES = 400
-_MAX_ANNOTATION = 240
 _MAX_DEFAULT = 160
 
 
@@ -73,6 +102,7 @@ def plans_for(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
     """One plan per spec, in order, with names unique among siblings. Never raises for one tool."""
     specs = list(specs)
     top_level = _TopLevelNames(specs)
+    types = SchemaTypes(top_level.taken())
     plans: list[dict[str, Any]] = []
     keys: set[str] = set()
     for index, spec in enumerate(specs):
@@ -83,7 +113,7 @@ def plans_for(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
                 raise _Unplannable(f"another tool has the same key {spec.key!r}")
             keys.add(spec.key)
             function = top_level.function(index)
-            plans.append(_plan(spec, function, namespace))
+            plans.append(_plan(spec, function, namespace, types))
         except Exception as error:
             why = str(error) if isinstance(error, _Unplannable) else f"planning failed: {error!r}"
             plans.append(_failed_plan(spec, why, namespace))
@@ -162,7 +192,7 @@ class _TopLevelNames:
                 servers.append(str(spec.server))
         python_tools = [i for i, spec in enumerate(specs) if spec.server is None]
         names = servers + [str(specs[i].name) for i in python_tools]
-        spelled = spell_all(names, RESERVED_TOP_LEVEL)
+        spelled = spell_all(names, CLASHING_TOP_LEVEL)
         self.server_spellings = dict(zip(servers, spelled[: len(servers)], strict=True))
         self.functions: dict[int, str | None] = dict(
             zip(python_tools, spelled[len(servers) :], strict=True)
@@ -172,6 +202,11 @@ class _TopLevelNames:
             member_spellings = spell_all([str(specs[i].name) for i in members], ANNOTATION_NAMES)
             self.functions.update(zip(members, member_spellings, strict=True))
         self.specs = specs
+
+    def taken(self) -> set[str]:
+        """Every spelling in use, and every name the stubs must keep clear (for type names)."""
+        spellings = {*self.server_spellings.values(), *self.functions.values()}
+        return {name for name in spellings if name} | CLASHING_TOP_LEVEL | CONTENT_NAMES
 
     def function(self, index: int) -> str:
         spelling = self.functions.get(index)
@@ -197,16 +232,17 @@ def _failed_plan(spec: ToolSpec, why: str, namespace: str | None) -> dict[str, A
     return plan if namespace is None else {**plan, "namespace": namespace}
 
 
-def _plan(spec: ToolSpec, function: str, namespace: str | None) -> dict[str, Any]:
+def _plan(
+    spec: ToolSpec, function: str, namespace: str | None, types: SchemaTypes
+) -> dict[str, Any]:
     schema = spec.input_schema
-    annotator = _Annotator(schema)
     problem = None
     properties: dict[str, Any] = {}
     required: set[str] = set()
     if not isinstance(schema, dict):
         problem = "its input schema is not a JSON object"
     else:
-        shape = annotator.resolve(schema)
+        shape = resolve_root(schema)
         raw_properties = shape.get("properties", {}) if isinstance(shape, dict) else None
         raw_required = shape.get("required", []) if isinstance(shape, dict) else None
         if not isinstance(raw_properties, dict):
@@ -218,12 +254,16 @@ def _plan(spec: ToolSpec, function: str, namespace: str | None) -> dict[str, Any
         for name in sorted(required - properties.keys()):
             properties[name] = {}
 
+    def annotate(part: Any, hint: str, root: Any) -> str:
+        return types.render(part, hint, root, tool=function)
+
     names = list(properties)
     spellings = spell_all(names)
     parameters: list[dict[str, Any]] = []
     extra: list[dict[str, Any]] = []
     for name, spelling in zip(names, spellings, strict=True):
-        parameter = _parameter(name, properties[name], name in required, annotator)
+        annotation = annotate(properties[name], name, schema)
+        parameter = _parameter(properties[name], name in required, annotation)
         if spelling is None:
             parameter.pop("default", None)
             parameter.pop("default_text", None)
@@ -239,7 +279,11 @@ def _plan(spec: ToolSpec, function: str, namespace: str | None) -> dict[str, Any
     timeout = "timeout" if "timeout" not in taken else _unique("call_timeout", taken)
 
     output = spec.output_schema
-    returns = "Any" if output is None else _Annotator(output).text(output)
+    if output is not None:
+        returns = annotate(output, f"{function} result", output)
+    else:
+        returns = "Any" if spec.server is None else TEXT_RETURNS
+    annotations = [p["annotation"] for p in [*parameters, *extra]] + [returns]
     return {
         "key": spec.key,
         "name": spec.name,
@@ -251,12 +295,14 @@ def _plan(spec: ToolSpec, function: str, namespace: str | None) -> dict[str, Any
         "catch_all": catch_all,
         "timeout": timeout,
         "returns": returns,
-        "doc": _doc(spec, parameters, extra, catch_all, timeout, problem),
+        "types": types.definitions(annotations),
+        "doc": _doc(
+            spec, function, namespace, parameters, extra, catch_all, timeout, problem, returns
+        ),
     }
 
 
-def _parameter(name: str, schema: Any, required: bool, annotator: _Annotator) -> dict[str, Any]:
-    alternatives = annotator.alternatives(schema)
+def _parameter(schema: Any, required: bool, annotation: str) -> dict[str, Any]:
     text = schema.get("description") if isinstance(schema, dict) else None
     parameter: dict[str, Any] = {
         "required": required,
@@ -268,24 +314,49 @@ def _parameter(name: str, schema: Any, required: bool, annotator: _Annotator) ->
             literal = _literal(schema["default"])
             if literal is not None:
                 default, default_text = schema["default"], literal
+        alternatives = annotation.split(" | ")
         if default is None and "Any" not in alternatives and "None" not in alternatives:
-            alternatives = [*alternatives, "None"]
+            annotation += " | None"
         parameter["default"] = default
         parameter["default_text"] = default_text
-    return {"annotation": _join(alternatives), **parameter}
+    return {"annotation": annotation, **parameter}
+
+
+def why_spelled(name: str, spelling: str) -> str:
+    """In a few words, why a server or tool `name` is bound as `spelling`."""
+    if name == spelling:
+        return ""
+    if keyword.iskeyword(name):
+        return f"{name!r} is a Python keyword"
+    if name in STANDARD_LIBRARY:
+        return f"{name!r} is a standard-library module"
+    if name in BUILTINS:
+        return f"{name!r} is a Python builtin"
+    if name in RESERVED_TOP_LEVEL:
+        return f"{name!r} is a name the stubs use"
+    if spell(name) == name:
+        return f"{name!r} is taken by another binding"
+    return f"{name!r} is not a Python identifier"
 
 
 def _doc(
     spec: ToolSpec,
+    function: str,
+    namespace: str | None,
     parameters: list[dict[str, Any]],
     extra: list[dict[str, Any]],
     catch_all: str | None,
     timeout: str,
     problem: str | None,
+    returns: str,
 ) -> str:
     lines = [_plain(spec.description).strip() if isinstance(spec.description, str) else ""]
     if not lines[0]:
         lines[0] = f"The tool {spec.name!r}."
+    server = spec.server
+    if spec.name != function or (server is not None and server != namespace):
+        owner = "" if server is None else f" on the MCP server {server!r}"
+        lines += ["", f"Its own name: {spec.name!r}{owner}."]
     if problem is not None:
         lines += ["", f"Its arguments are not described: {problem}. Pass them by name."]
     lines += ["", "Args:"]
@@ -306,7 +377,25 @@ def _doc(
     elif catch_all is not None:
         lines += _entry(f"**{catch_all}", "the tool's arguments, by their own names.")
     lines += _entry(timeout, TIMEOUT_DOC)
+    lines += [
+        "",
+        "Returns:",
+        textwrap.fill(
+            _returns_doc(spec, returns), 92, initial_indent="    ", subsequent_indent="    "
+        ),
+    ]
     return "\n".join(lines).strip()
+
+
+def _returns_doc(spec: ToolSpec, returns: str) -> str:
+    if spec.server is None:
+        return f"{returns}: the function's return value, as JSON data."
+    if spec.output_schema is not None:
+        return f"{returns}: the tool's structured content, as its output schema describes it."
+    return (
+        f"{returns}: its text, as one str; a list of its content blocks (str, Image, Audio, "
+        "Resource, ResourceLink) when it answers other than one text block."
+    )
 
 
 def _entry(label: str, description: str) -> list[str]:
@@ -342,164 +431,3 @@ def _literal(value: Any) -> str | None:
         return None
     text = repr(value)
     return text if len(text) <= _MAX_DEFAULT else None
-
-
-def _join(alternatives: list[str]) -> str:
-    return " | ".join(alternatives)
-
-
-class _Annotator:
-    """Renders JSON Schemas as Python annotation text, within a budget of effort.
-
-    Handles `type` (also lists), `enum`/`const` (as `Literal`), `anyOf`/`oneOf` (unions),
-    `allOf` of one schema, `items`, `additionalProperties`, `nullable`, and `$ref` within the
-    same document (cycles and anything unresolvable become `Any`). Anything else is `Any`.
-    """
-
-    def __init__(self, root: Any) -> None:
-        self.root = root
-        self.nodes = 0
-
-    def text(self, schema: Any) -> str:
-        return _join(self.alternatives(schema))
-
-    def alternatives(self, schema: Any) -> list[str]:
-        self.nodes = 0
-        try:
-            found = self.render(schema, 0, frozenset())
-        except Exception:
-            return ["Any"]
-        if len(_join(found)) > _MAX_ANNOTATION:
-            return ["Any"]
-        return found
-
-    def resolve(self, schema: dict[str, Any]) -> Any:
-        """The schema a root `$ref` points to, or the schema itself."""
-        ref = schema.get("$ref")
-        if isinstance(ref, str):
-            target = self.lookup(ref)
-            if isinstance(target, dict):
-                return target
-        return schema
-
-    def lookup(self, ref: str) -> Any:
-        if ref == "#":
-            return self.root
-        if not ref.startswith("#/"):
-            return None
-        node = self.root
-        for part in ref[2:].split("/"):
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                return None
-        return node
-
-    def render(self, schema: Any, depth: int, refs: frozenset[str]) -> list[str]:
-        self.nodes += 1
-        if not isinstance(schema, dict) or depth > _MAX_DEPTH or self.nodes > _MAX_NODES:
-            return ["Any"]
-        found = self.render_shape(schema, depth, refs)
-        if schema.get("nullable") is True:
-            found = _union([found, ["None"]])
-        return found
-
-    def render_shape(self, schema: dict[str, Any], depth: int, refs: frozenset[str]) -> list[str]:
-        ref = schema.get("$ref")
-        if isinstance(ref, str):
-            if ref in refs:
-                return ["Any"]
-            return self.render(self.lookup(ref), depth + 1, refs | {ref})
-        if "const" in schema:
-            return _literals([schema["const"]])
-        if isinstance(schema.get("enum"), list) and schema["enum"]:
-            return _literals(schema["enum"])
-        for word in ("anyOf", "oneOf"):
-            options = schema.get(word)
-            if isinstance(options, list) and options:
-                return _union([self.render(option, depth + 1, refs) for option in options])
-        options = schema.get("allOf")
-        if isinstance(options, list) and len(options) == 1 and "type" not in schema:
-            return self.render(options[0], depth + 1, refs)
-        kind = schema.get("type")
-        if isinstance(kind, list) and kind:
-            return _union([self.render_type(k, schema, depth, refs) for k in kind])
-        if isinstance(kind, str):
-            return self.render_type(kind, schema, depth, refs)
-        if "properties" in schema:
-            return ["dict[str, Any]"]
-        if "items" in schema:
-            return self.render_type("array", schema, depth, refs)
-        return ["Any"]
-
-    def render_type(
-        self, kind: Any, schema: dict[str, Any], depth: int, refs: frozenset[str]
-    ) -> list[str]:
-        simple = {
-            "string": "str",
-            "integer": "int",
-            "number": "float",
-            "boolean": "bool",
-            "null": "None",
-        }
-        if kind in simple:
-            return [simple[kind]]
-        if kind == "array":
-            items = schema.get("items")
-            inner = self.render(items, depth + 1, refs) if isinstance(items, dict) else ["Any"]
-            return [f"list[{_join(inner)}]"]
-        if kind == "object":
-            values = schema.get("additionalProperties")
-            if isinstance(values, dict) and not schema.get("properties"):
-                return [f"dict[str, {_join(self.render(values, depth + 1, refs))}]"]
-            return ["dict[str, Any]"]
-        return ["Any"]
-
-
-def _union(groups: list[list[str]]) -> list[str]:
-    """Alternatives of several schemas as one union: deduplicated, `None` last, `Any` absorbing."""
-    found: list[str] = []
-    for group in groups:
-        for item in group:
-            if item == "Any":
-                return ["Any"]
-            if item not in found:
-                found.append(item)
-    if "None" in found:
-        found.remove("None")
-        found.append("None")
-    return found or ["Any"]
-
-
-def _literals(values: list[Any]) -> list[str]:
-    literal: list[str] = []
-    others: list[list[str]] = []
-    for value in values:
-        if value is None:
-            others.append(["None"])
-        elif type(value) in (bool, int) or (type(value) is str and len(value) <= 80):
-            text = repr(value)
-            if text not in literal:
-                literal.append(text)
-        elif type(value) is str:
-            others.append(["str"])
-        elif type(value) is float:
-            others.append(["float"])
-        elif type(value) is list:
-            others.append(["list[Any]"])
-        elif type(value) is dict:
-            others.append(["dict[str, Any]"])
-        else:
-            return ["Any"]
-    head = [f"Literal[{', '.join(literal)}]"] if literal else []
-    if len(head[0] if head else "") > _MAX_ANNOTATION:
-        head = _union([_literal_types(values)])
-    return _union([head, *others])
-
-
-def _literal_types(values: list[Any]) -> list[str]:
-    names = {bool: "bool", int: "int", str: "str"}
-    return [names[type(value)] for value in values if type(value) in names]

@@ -179,10 +179,13 @@ class CheckedScript:
         """Whether any diagnostic concerns the check, or the script may hide a syntax error
         that the function it is checked as makes valid (a top-level `return` with a value,
         or a `yield`; a bare top-level `return` is left to the interpreter to refuse)."""
-        return any(
-            diagnostic.rule in RULES_ASKED or diagnostic.rule == "invalid-syntax"
-            for diagnostic in diagnostics
-        ) or _YIELD.search(self._code) is not None
+        return (
+            any(
+                diagnostic.rule in RULES_ASKED or diagnostic.rule == "invalid-syntax"
+                for diagnostic in diagnostics
+            )
+            or _YIELD.search(self._code) is not None
+        )
 
     @functools.cached_property
     def syntax_error(self) -> Finding | None:

@@ -3,41 +3,74 @@
 Each stub is written from the same binding plan the kernel builds the live function from
 (`toolscript.tools.binding`), so the two have the same signature: the same names, kinds,
 defaults and annotations. Python tools are top-level functions; the tools of an MCP server
-are static methods of a class named for the server, which reads as `await github.create_issue(...)`
-and has the same `__qualname__` as the live function. Tools that could not be bound are named
-in a comment with the reason.
+are static methods of a class named for the server, which reads as `await memory.create_entities(...)`
+and has the same `__qualname__` as the live function. The object schemas of their arguments
+and results are `TypedDict`s, written once above the stubs (`toolscript.tools.typed_dicts`).
+Tools that could not be bound are named in a comment with the reason.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-HEADER = """\
+from .binding import why_spelled
+from .typed_dicts import render_typed_dicts
+
+HOW = """\
 # Tools you can call from this script. Every tool is a coroutine function: await it,
-# e.g. `result = await github.create_issue(title="...")` for a tool of the MCP server
-# `github` (also reachable as `tools.github`), or `await some_tool(...)` at top level.
+# {example}
 # Arguments are keyword-only. A failed call raises ToolError; a call whose `timeout=`
 # passes raises ToolTimeout (the call was sent and may still take effect).
-from typing import Any, Literal
-"""
+# Results typed as a TypedDict below are plain dicts with those keys."""
+
+IMPORTS = "from typing import Any, Literal, NotRequired, TypedDict"
 
 
 def matching_plans(plans: list[dict[str, Any]], matching: str) -> list[dict[str, Any]]:
-    """The plans of the tools a script can call whose server, name or description contains
-    `matching`, case-insensitive; an empty (or blank) `matching` keeps every one."""
-    words = matching.strip().lower()
-    return [
-        plan
-        for plan in plans
-        if "error" not in plan
-        and (
-            not words
-            or any(
-                words in str(plan.get(field) or "").lower()
-                for field in ("server", "name", "namespace", "function", "doc")
-            )
-        )
-    ]
+    """The plans of the tools a script can call that match every word of `matching`, best
+    first; an empty (or blank) `matching` keeps every one, in the catalogue's order.
+
+    A word matches a tool whose name, server or description contains it, or its stem
+    (`entity` finds `create_entities`); a match in the name counts most, then the server,
+    then the description. Ties keep the catalogue's order.
+    """
+    words = [word for word in re.split(r"[\s,]+", matching.lower()) if word]
+    callable_plans = [plan for plan in plans if "error" not in plan]
+    if not words:
+        return callable_plans
+    scored: list[tuple[int, int, dict[str, Any]]] = []
+    for index, plan in enumerate(callable_plans):
+        fields = [
+            (3, f"{plan.get('name')} {plan.get('function')}".lower()),
+            (2, f"{plan.get('server') or ''} {plan.get('namespace') or ''}".lower()),
+            (1, str(plan.get("doc") or "").lower()),
+        ]
+        score = 0
+        for word in words:
+            stem = _stem(word)
+            best = max((weight for weight, text in fields if stem in text), default=0)
+            if best == 0:
+                break
+            score += best + (1 if any(word in text for _, text in fields) else 0)
+        else:
+            scored.append((-score, index, plan))
+    return [plan for _, _, plan in sorted(scored, key=lambda item: item[:2])]
+
+
+def _stem(word: str) -> str:
+    """`word` without a plural or `-y` ending, so `entity` and `entities` meet at `entit`."""
+    for ending in ("ies", "es", "s", "y"):
+        if word.endswith(ending) and len(word) - len(ending) >= 3:
+            return word[: -len(ending)]
+    return word
+
+
+def summary(plan: dict[str, Any], width: int = 100) -> str:
+    """The first sentence of a plan's description, on one line of at most `width` characters."""
+    first = " ".join(str(plan.get("doc") or "").split("\n\n", 1)[0].split())
+    sentence = re.split(r"(?<=[.!?])\s", first, maxsplit=1)[0]
+    return sentence if len(sentence) <= width else sentence[: width - 1].rstrip() + "…"
 
 
 def call_name(plan: dict[str, Any]) -> str:
@@ -48,7 +81,8 @@ def call_name(plan: dict[str, Any]) -> str:
 
 
 def render_prompt(plans: list[dict[str, Any]]) -> str:
-    """The catalogue of `plans` as Python source: a header comment, then one stub per tool."""
+    """The catalogue of `plans` as Python source: a header comment, the result types, then
+    one stub per tool."""
     top_level: list[str] = []
     servers: dict[str, list[str]] = {}
     server_names: dict[str, str] = {}
@@ -63,15 +97,72 @@ def render_prompt(plans: list[dict[str, Any]]) -> str:
         else:
             servers.setdefault(namespace, []).append(_stub(plan, indent="    "))
             server_names.setdefault(namespace, str(plan["server"]))
-    blocks = [HEADER.rstrip("\n"), *top_level]
+    head = [_how(plans), *_renames(plans), IMPORTS]
+    blocks = ["\n".join(head)]
+    types = render_typed_dicts(plans)
+    if types:
+        blocks.append(types)
+    blocks += top_level
     for namespace, stubs in servers.items():
-        title = _docstring(f"Tools of the MCP server {server_names[namespace]!r}.", "    ")
-        blocks.append("\n\n".join([f"class {namespace}:\n    {title}", *stubs]))
+        server = server_names[namespace]
+        title = f"Tools of the MCP server {server!r}"
+        if namespace != server:
+            title += f", bound as `{namespace}` ({why_spelled(server, namespace)})"
+        blocks.append(
+            "\n\n".join([f"class {namespace}:\n    {_docstring(title + '.', '    ')}", *stubs])
+        )
     if unbound:
         blocks.append(
             "\n".join(["# These tools could not be bound and cannot be called:", *unbound])
         )
     return "\n\n\n".join(blocks) + "\n"
+
+
+def _how(plans: list[dict[str, Any]]) -> str:
+    """The header, with an example call of a tool the catalogue has."""
+    bound = [plan for plan in plans if "error" not in plan]
+    served = [plan for plan in bound if plan.get("namespace") is not None]
+    if served:
+        plan = served[0]
+        example = (
+            f"e.g. `result = await {call_name(plan)}(...)` for the tool {plan['name']!r} of\n"
+            f"# the MCP server {plan['server']!r} (also reachable as `tools.{plan['namespace']}`)."
+        )
+    elif bound:
+        example = f"e.g. `result = await {call_name(bound[0])}(...)`."
+    else:
+        example = "e.g. `result = await some_tool(...)`; no tool is connected now."
+    return HOW.format(example=example)
+
+
+def _renames(plans: list[dict[str, Any]]) -> list[str]:
+    """One comment line on the names bound under another spelling, when there are any."""
+    renamed: dict[str, str] = {}
+    for plan in plans:
+        if "error" in plan:
+            continue
+        if plan["namespace"] is not None and plan["namespace"] != plan["server"]:
+            renamed[plan["namespace"]] = str(plan["server"])
+        elif plan["namespace"] is None and plan["function"] != plan["name"]:
+            renamed[plan["function"]] = str(plan["name"])
+    clashes = [
+        f"`{spelling}` ({why_spelled(name, spelling)})"
+        for spelling, name in renamed.items()
+        if spelling == name + "_"
+    ]
+    if not clashes:
+        return []
+    return [
+        _comment_line(
+            "Renamed with a trailing _ so imports and builtins still work: "
+            + ", ".join(clashes)
+            + "."
+        )
+    ]
+
+
+def _comment_line(text: str) -> str:
+    return "# " + "".join(char if char.isprintable() else " " for char in text)
 
 
 def signature_text(plan: dict[str, Any]) -> str:

@@ -33,6 +33,7 @@ fate, or settled `pending`) by a host that is gone (reason `host_gone`).
 
 from __future__ import annotations
 
+from ..state import state_dir
 from .buffer import FLUSH_INTERVAL
 from .records import (
     AnswerRow,
@@ -47,7 +48,7 @@ from .records import (
     StartRow,
 )
 from .schema import SCHEMA_VERSION
-from .store import JOURNAL_FILE_NAME, MEMORY, Journal, state_dir
+from .store import JOURNAL_FILE_NAME, MEMORY, Journal
 
 __all__ = [
     "FLUSH_INTERVAL",

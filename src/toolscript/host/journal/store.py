@@ -10,8 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
+from ..state import state_dir
 from .buffer import _WriteBehind
 from .intents import (
     _call_line,
@@ -39,18 +38,6 @@ MEMORY = ":memory:"
 """Pass to `Journal.open` for a journal that lives only as long as the object."""
 
 _BUSY_TIMEOUT_MS = 5000
-
-
-def state_dir() -> Path:
-    """The directory where toolscript keeps its state (the journal, logs).
-
-    `$TOOLSCRIPT_STATE` when set and not empty, else the platform's user state directory
-    for "toolscript". The directory is not created here.
-    """
-    configured = os.environ.get("TOOLSCRIPT_STATE")
-    if configured:
-        return Path(configured).expanduser()
-    return platformdirs.user_state_path("toolscript")
 
 
 _CALL_COLUMNS = (

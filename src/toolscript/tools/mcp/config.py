@@ -9,6 +9,10 @@ ignored, so a file written for another client still loads.
 replaced by the host's environment variable (or the default) when the file is read; a variable
 that is not set and has no default is an error naming the server and the field. Write `$${` for
 a literal `${`.
+
+Read from a file, a relative `cwd` is relative to the file's folder, so a config and the
+servers beside it work from any folder. A `command` of `python` or `python3` is the Python
+running toolscript (`PYTHON_COMMANDS`).
 """
 
 from __future__ import annotations
@@ -16,10 +20,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+PYTHON_COMMANDS = ("python", "python3")
+"""A server whose `command` is one of these runs under the Python running toolscript, not
+whichever `python` is first on `PATH`: a config written as `"command": "python"` then finds
+the packages installed beside toolscript (a virtual environment that is not activated)."""
 
 
 class MCPConfigError(ValueError):
@@ -75,7 +85,7 @@ def load_mcp_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> MCPCo
     `command` nor `url`, a value of the wrong type, an unset `${VAR}`.
     """
     if isinstance(source, Mapping):
-        return _parse(source)
+        return _parse(source, None)
     path = Path(source)
     try:
         text = path.read_text(encoding="utf-8")
@@ -95,10 +105,10 @@ def load_mcp_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> MCPCo
             f"The MCP config file {str(path)!r} must hold a JSON object with an "
             f'"mcpServers" key, not {_json_kind(data)}.'
         )
-    return _parse(data)
+    return _parse(data, path.resolve().parent)
 
 
-def _parse(data: Mapping[str, Any]) -> MCPConfig:
+def _parse(data: Mapping[str, Any], folder: Path | None) -> MCPConfig:
     if "mcpServers" not in data:
         raise MCPConfigError(
             'The MCP config has no "mcpServers" key; expected {"mcpServers": {name: {...}}}.',
@@ -119,11 +129,11 @@ def _parse(data: Mapping[str, Any]) -> MCPConfig:
         if isinstance(entry, Mapping) and entry.get("disabled") is True:
             disabled.append(name)  # the user switched it off in their client: so do we
             continue
-        servers[name] = _parse_server(name, entry)
+        servers[name] = _parse_server(name, entry, folder)
     return MCPConfig(servers=servers, disabled=tuple(disabled))
 
 
-def _parse_server(name: str, entry: Any) -> ServerConfig:
+def _parse_server(name: str, entry: Any, folder: Path | None) -> ServerConfig:
     if not isinstance(entry, Mapping):
         raise MCPConfigError(
             f"MCP server {name!r}: its settings must be an object, not {_json_kind(entry)}.",
@@ -163,15 +173,19 @@ def _parse_server(name: str, entry: Any) -> ServerConfig:
             field="url",
         )
     if has_command:
+        command = _expand(name, "command", _text(name, entry, "command", required=True))
+        cwd = _optional_expand(name, "cwd", _text(name, entry, "cwd", required=False))
+        if cwd is not None and folder is not None:
+            cwd = str(folder / cwd)  # an absolute cwd stays as it is
         return StdioServerConfig(
             name=name,
-            command=_expand(name, "command", _text(name, entry, "command", required=True)),
+            command=sys.executable if command in PYTHON_COMMANDS else command,
             args=tuple(_expand(name, "args", arg) for arg in _strings(name, entry, "args")),
             env={
                 key: _expand(name, f"env.{key}", value)
                 for key, value in _string_map(name, entry, "env").items()
             },
-            cwd=_optional_expand(name, "cwd", _text(name, entry, "cwd", required=False)),
+            cwd=cwd,
         )
     if has_url:
         url = _expand(name, "url", _text(name, entry, "url", required=True))

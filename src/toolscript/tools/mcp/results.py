@@ -11,12 +11,15 @@ from ..spec import ToolOutcome
 __all__ = ["tool_outcome"]
 
 
-def tool_outcome(result: types.CallToolResult) -> ToolOutcome:
+def tool_outcome(result: types.CallToolResult, *, structured: bool = True) -> ToolOutcome:
     """Turn an MCP tool result into what the host passes to the kernel.
 
-    An error result is its text; else structured content when present; else a single text
-    block as `str`; else a list of blocks, text as `str` and the rest as dicts marked with
-    `"$toolscript"` (see `toolscript.kernel.content`).
+    An error result is its text. A tool that publishes an output schema (`structured`)
+    answers its structured content, which the schema describes and the stub's return type
+    shows. Any other answer is its content, which the stub promises instead: a single text
+    block as `str`, else a list of blocks, text as `str` and the rest as dicts marked with
+    `"$toolscript"` (see `toolscript.kernel.content`). Structured content from a tool with no
+    schema is used only when there is no content at all.
     """
     if result.is_error:
         text = "\n".join(
@@ -25,7 +28,7 @@ def tool_outcome(result: types.CallToolResult) -> ToolOutcome:
         return ToolOutcome(
             value=text or "The tool reported an error without a message.", is_error=True
         )
-    if result.structured_content is not None:
+    if result.structured_content is not None and (structured or not result.content):
         return ToolOutcome(value=result.structured_content)
     if len(result.content) == 1 and isinstance(result.content[0], types.TextContent):
         return ToolOutcome(value=result.content[0].text)

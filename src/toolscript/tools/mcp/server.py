@@ -94,8 +94,11 @@ class MCPServer:
         """One `ToolSpec` per tool the server listed: names unchanged, schemas and hints copied."""
         return [_tool_spec(self, tool) for tool in self._tools]
 
-    async def call(self, tool: str, arguments: Mapping[str, Any]) -> ToolOutcome:
-        """Call one of the server's tools and return its answer.
+    async def call(
+        self, tool: str, arguments: Mapping[str, Any], *, structured: bool = True
+    ) -> ToolOutcome:
+        """Call one of the server's tools and return its answer: its structured content when
+        `structured` (the tool publishes an output schema), else its content.
 
         Raises `SourceGone` when the server went away with the call in flight, and
         `ToolFailure` when the call could not be sent (the server is closed, will not start
@@ -114,7 +117,7 @@ class MCPServer:
             return answer_error(self.name, tool, exc)
         except (RuntimeError, ValidationError) as exc:
             return answer_error(self.name, tool, exc)
-        return tool_outcome(result)
+        return tool_outcome(result, structured=structured)
 
     async def aclose(self) -> None:
         """Close the session and stop the server, within `CLOSE_TIMEOUT` seconds."""
@@ -310,8 +313,10 @@ class ServerLog:
 def _tool_spec(server: MCPServer, tool: types.Tool) -> ToolSpec:
     """The `ToolSpec` of one of `server`'s tools, whose handler calls it on the server."""
 
+    structured = tool.output_schema is not None
+
     async def handler(arguments: dict[str, Any]) -> ToolOutcome:
-        return await server.call(tool.name, arguments)
+        return await server.call(tool.name, arguments, structured=structured)
 
     hints = tool.annotations
     return ToolSpec(

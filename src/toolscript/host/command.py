@@ -1,0 +1,30 @@
+"""The command line that starts a kernel module under a chosen Python.
+
+Standard library only, and no asyncio: the command line's head start (`headstart`) builds
+this command before the host has imported anything heavy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernel"
+
+# Loads the kernel folder as a standalone package named `toolscript_kernel` and runs one of
+# its modules' `main`: the chosen Python needs nothing of toolscript installed, and never
+# imports the host's modules. `-I` ignores PYTHONPATH; the interpreter's environment is
+# already scrubbed, so a PYTHONPATH there was set by the caller (`Runtime(env=...)`) on
+# purpose, and is honoured.
+BOOTSTRAP = (
+    "import sys, os, importlib, importlib.util as u\n"
+    "sys.path[:0] = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]\n"
+    "s = u.spec_from_file_location('toolscript_kernel', sys.argv[1] + '/__init__.py',"
+    " submodule_search_locations=[sys.argv[1]])\n"
+    "m = u.module_from_spec(s); sys.modules['toolscript_kernel'] = m; s.loader.exec_module(m)\n"
+    "importlib.import_module('toolscript_kernel.' + sys.argv[2]).main(sys.argv[3:])\n"
+)
+
+
+def kernel_command(python: str, entry: str, *args: str) -> list[str]:
+    """The command line that runs `toolscript_kernel.<entry>.main(args)` under `python`."""
+    return [python, "-I", "-c", BOOTSTRAP, str(KERNEL_DIR), entry, *args]

@@ -1,0 +1,141 @@
+"""A head start for a one-script command: its interpreter starts while the host imports.
+
+Goal: `toolscript exec` of `print(1)` costs little more than starting Python once.
+
+What fails: starting the interpreter when the runtime opens. The interpreter's start (a
+sandboxed Python importing the kernel, asyncio included) and the host's (Python, asyncio, the
+runtime) then run one after the other, and each costs about as much as `import asyncio`
+alone, so the command costs at least twice that, before it runs anything.
+
+What we do: the command line, as soon as it has read its arguments, calls `begin()`, which
+spawns the sandboxed template that would start the runtime's first interpreter (standard
+library only: `subprocess`, no event loop), then goes on importing the runtime while that
+Python starts on another core. When the runtime opens, `claim()` hands the started template
+over if it was begun for the same Python, environment, mounts and network, and the runtime's
+first interpreter forks from it (`Template.adopt`). Anything else (a runtime with other
+settings, a sandbox whose check this machine has not passed before) starts the usual way, so
+a head start changes when the interpreter starts, never what it is. One nobody claims is
+ended when the process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .command import kernel_command
+from .environment import interpreter_environment
+from .sandbox import Mount, Sandbox, prepare_remembered
+from .state import state_dir
+
+__all__ = ["HeadStart", "begin", "claim"]
+
+
+@dataclass
+class HeadStart:
+    """A sandboxed template started for a runtime that has not opened yet."""
+
+    key: tuple[object, ...]
+    shells_root: Path
+    sandbox: Sandbox
+    process: subprocess.Popen[bytes]
+    control: socket.socket
+
+    def abandon(self) -> None:
+        """End it, and remove what was made for it."""
+        with contextlib.suppress(OSError):
+            self.control.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, 9)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(2.0)
+        self.sandbox.close()
+        shutil.rmtree(self.shells_root, ignore_errors=True)
+
+
+_pending: HeadStart | None = None
+
+
+def _key(
+    python: str, env: dict[str, str], mounts: list[Mount], network: bool
+) -> tuple[object, ...]:
+    return (python, tuple(sorted(env.items())), tuple(mounts), network)
+
+
+def begin(
+    *,
+    env: dict[str, str],
+    mounts: list[Mount],
+    network: bool,
+    state: Path | None = None,
+    python: str = sys.executable,
+) -> bool:
+    """Start the template of a runtime that will open with these settings (`env` is
+    `Runtime(env=...)`, `mounts` its sandbox mounts, the working folder included). True if
+    it started; False when it cannot have a head start (then nothing was started)."""
+    global _pending
+    if _pending is not None:
+        return False
+    shells_root = Path(tempfile.mkdtemp(prefix="toolscript-"))
+    interpreter_env = interpreter_environment(env, sandboxed=True)
+    cache = (state or state_dir()) / "sandbox-check"
+    sandbox = prepare_remembered(python, interpreter_env, shells_root, mounts, network, cache)
+    if sandbox is None:
+        shells_root.rmdir()
+        return False
+    host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    config = json.dumps({"preload": [], "sandbox": sandbox.template_config()})
+    command = sandbox.command(
+        kernel_command(python, "template", str(template_end.fileno()), config)
+    )
+    try:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=(template_end.fileno(),),
+            env=interpreter_env,
+            start_new_session=True,
+        )
+    except OSError:
+        host_end.close()
+        sandbox.close()
+        shutil.rmtree(shells_root, ignore_errors=True)
+        return False
+    finally:
+        template_end.close()
+    _pending = HeadStart(
+        _key(python, env, mounts, network), shells_root, sandbox, process, host_end
+    )
+    atexit.register(_abandon)
+    return True
+
+
+def claim(python: str, env: dict[str, str], mounts: list[Mount], network: bool) -> HeadStart | None:
+    """The head start begun for a runtime with these settings, now the caller's; None when
+    there is none, or it was begun for other settings (then it is ended)."""
+    global _pending
+    found, _pending = _pending, None
+    if found is None:
+        return None
+    if found.key != _key(python, env, mounts, network) or found.process.poll() is not None:
+        found.abandon()
+        return None
+    return found
+
+
+def _abandon() -> None:
+    global _pending
+    found, _pending = _pending, None
+    if found is not None:
+        found.abandon()

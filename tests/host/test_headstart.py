@@ -1,0 +1,106 @@
+"""The command line's head start: the interpreter's sandbox starts before the runtime opens,
+the runtime's first interpreter comes from it when the settings agree, and one that nobody
+takes, or that was begun for other settings, is ended with nothing left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolscript import Runtime
+from toolscript import __file__ as PACKAGE
+from toolscript.host import headstart, sandbox
+from toolscript.host.sandbox import Mount
+
+from ..conftest import processes_with
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a new process: no sandbox check remembered in memory, no head start pending."""
+    monkeypatch.setattr(sandbox, "_probed", {})
+    monkeypatch.setattr(headstart, "_pending", None)
+
+
+@pytest.fixture
+async def state(tmp_path: Path) -> Path:
+    """A state folder whose sandbox check has passed (a runtime opened there once)."""
+    folder = tmp_path / "state"
+    async with Runtime(state_dir=folder, journal=":memory:", pool_size=0, sandbox="required"):
+        pass
+    assert (folder / "sandbox-check").exists()
+    return folder
+
+
+def work_mount(folder: Path) -> list[Mount]:
+    resolved = str(folder.resolve())
+    return [Mount(resolved, resolved, writable=True)]
+
+
+async def test_the_first_interpreter_comes_from_the_head_start(state: Path, tmp_path: Path) -> None:
+    (tmp_path / "data.txt").write_text("seen")
+    assert headstart.begin(env={}, mounts=work_mount(tmp_path), network=False, state=state)
+    head = headstart._pending
+    assert head is not None and head.process.poll() is None
+
+    async with Runtime(
+        state_dir=state, journal=":memory:", fork=False, pool_size=0, workdir=tmp_path
+    ) as rt:
+        result = await rt.shell("one").run("print(open('data.txt').read())")
+        assert result.status == "ok", result.text
+        assert result.stdout == "seen\n"
+        assert rt.sandbox == "namespaces+seccomp"
+        assert head.process.poll() is None  # its template serves the interpreter
+
+    assert head.process.poll() is not None
+    assert not head.shells_root.exists()
+    assert processes_with(str(head.shells_root)) == []
+
+
+async def test_a_head_start_begun_for_other_settings_is_ended_and_not_used(
+    state: Path, tmp_path: Path
+) -> None:
+    assert headstart.begin(env={}, mounts=work_mount(tmp_path), network=False, state=state)
+    head = headstart._pending
+    assert head is not None
+
+    async with Runtime(
+        state_dir=state,
+        journal=":memory:",
+        fork=False,
+        pool_size=0,
+        workdir=tmp_path,
+        env={"OTHER": "1"},
+    ) as rt:
+        assert head.process.poll() is not None
+        assert processes_with(str(head.shells_root)) == []
+        result = await rt.shell("one").run("import os; print(os.environ['OTHER'])")
+        assert result.stdout == "1\n", result.text
+
+
+def test_no_head_start_without_a_remembered_sandbox_check(tmp_path: Path) -> None:
+    assert not headstart.begin(env={}, mounts=[], network=False, state=tmp_path / "fresh")
+    assert headstart._pending is None
+
+
+def test_a_head_start_nobody_takes_ends_with_the_process(state: Path, tmp_path: Path) -> None:
+    source = str(Path(PACKAGE).resolve().parents[1])
+    program = (
+        f"import sys; sys.path.insert(0, {source!r})\n"
+        "from pathlib import Path\n"
+        "from toolscript.host import headstart\n"
+        f"assert headstart.begin(env={{}}, mounts=[], network=False, state=Path({str(state)!r}))\n"
+        "print(headstart._pending.shells_root, headstart._pending.process.pid, flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    shells_root, _pid = done.stdout.split()
+    assert processes_with(shells_root) == []
+    assert not Path(shells_root).exists()

@@ -1,0 +1,142 @@
+"""A mistake in how a command was called is one clear line and exit status 2, never a
+traceback: a missing file, a config that cannot be used, a bad value, a missing extra, a
+missing API key. Each case runs the real command in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolscript import __file__ as PACKAGE
+
+pytestmark = pytest.mark.timeout(60)
+
+SOURCE = str(Path(PACKAGE).resolve().parents[1])
+
+
+def toolscript(
+    *arguments: str, cwd: Path, env: dict[str, str] | None = None, blocked: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`toolscript ARGUMENTS`; with `blocked`, as if that package were not installed."""
+    start = "import sys\n"
+    if blocked is not None:
+        start += f"sys.modules[{blocked!r}] = None\n"
+    start += "from toolscript.cli import main\nsys.argv[0] = 'toolscript'\nmain()\n"
+    environment = {**(env if env is not None else os.environ), "PYTHONPATH": SOURCE}
+    environment["TOOLSCRIPT_STATE"] = str(cwd / "state")
+    return subprocess.run(
+        [sys.executable, "-c", start, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        cwd=cwd,
+        env=environment,
+    )
+
+
+def assert_one_line(done: subprocess.CompletedProcess[str], *words: str) -> str:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    (tmp_path / "script.py").write_text("print(1)\n")
+    return tmp_path
+
+
+def test_a_missing_script_is_one_line(folder: Path) -> None:
+    done = toolscript("exec", "absent.py", cwd=folder)
+    assert_one_line(done, "toolscript exec: error:", "absent.py", "No such file")
+
+
+def test_a_missing_mcp_config_is_one_line(folder: Path) -> None:
+    done = toolscript("exec", "script.py", "--mcp-config", "absent.json", cwd=folder)
+    assert_one_line(done, "--mcp-config", "absent.json", "does not exist")
+
+
+def test_an_mcp_config_that_is_not_json_is_one_line_with_where(folder: Path) -> None:
+    (folder / "mcp.json").write_text('{"mcpServers": {')
+    done = toolscript("exec", "script.py", "--mcp-config", "mcp.json", cwd=folder)
+    assert_one_line(done, "--mcp-config", "not valid JSON", "line 1")
+
+
+def test_an_mcp_config_entry_without_a_command_names_the_server(folder: Path) -> None:
+    (folder / "mcp.json").write_text(json.dumps({"mcpServers": {"notes": {"args": []}}}))
+    for command in ("exec", "tools", "serve"):
+        extra = ["script.py"] if command == "exec" else []
+        done = toolscript(command, *extra, "--mcp-config", "mcp.json", cwd=folder)
+        assert_one_line(done, f"toolscript {command}: error:", "'notes'", "command")
+
+
+def test_an_unset_variable_in_the_config_names_it(folder: Path) -> None:
+    config = {"mcpServers": {"gh": {"command": "x", "env": {"T": "${NO_SUCH_TOKEN_VAR}"}}}}
+    (folder / "mcp.json").write_text(json.dumps(config))
+    done = toolscript("exec", "script.py", "--mcp-config", "mcp.json", cwd=folder)
+    assert_one_line(done, "NO_SUCH_TOKEN_VAR")
+
+
+def test_a_bad_tool_reference_a_missing_mount_and_a_bad_time_limit_are_one_line(
+    folder: Path,
+) -> None:
+    assert_one_line(
+        toolscript("exec", "script.py", "--tools", "no_such_module:x", cwd=folder), "--tools"
+    )
+    assert_one_line(
+        toolscript("exec", "script.py", "--mount", str(folder / "absent"), cwd=folder),
+        "--mount",
+        "does not exist",
+    )
+    assert_one_line(
+        toolscript("exec", "script.py", "--time-limit", "-1", cwd=folder), "--time-limit"
+    )
+    assert_one_line(toolscript("calls", "--limit", "0", cwd=folder), "--limit")
+    assert_one_line(toolscript("serve", "--http", "host", cwd=folder), "--http", "HOST:PORT")
+
+
+def test_the_agent_without_its_extra_says_what_to_install(folder: Path) -> None:
+    env = {**os.environ, "ANTHROPIC_API_KEY": "k"}
+    done = toolscript(
+        "agent", "hi", "--model", "anthropic:m", cwd=folder, env=env, blocked="anthropic"
+    )
+    assert_one_line(done, "anthropic", "pip install 'toolscript[agent]'")
+
+
+def test_the_agent_without_its_api_key_names_the_variable(folder: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    done = toolscript("agent", "hi", "--model", "anthropic:m", cwd=folder, env=env)
+    assert_one_line(done, "ANTHROPIC_API_KEY is not set")
+    done = toolscript("agent", "hi", "--model", "openai:m", cwd=folder, env=env)
+    assert_one_line(done, "OPENAI_API_KEY is not set")
+
+
+def test_the_agent_with_a_model_of_no_provider_is_one_line(folder: Path) -> None:
+    done = toolscript("agent", "hi", "--model", "gpt-5", cwd=folder)
+    assert_one_line(done, "--model", "anthropic:MODEL or openai:MODEL")
+
+
+def test_help_shows_defaults_and_plain_argument_names(folder: Path) -> None:
+    exec_help = toolscript("exec", "--help", cwd=folder)
+    agent_help = toolscript("agent", "--help", cwd=folder)
+
+    assert exec_help.returncode == 0 and agent_help.returncode == 0
+    assert "(default: auto)" in exec_help.stdout
+    assert "--mcp-config FILE" in exec_help.stdout and "SCRIPT" in exec_help.stdout
+    assert "(default: 50)" in agent_help.stdout and "--model PROVIDER:MODEL" in agent_help.stdout
+
+
+def test_no_command_shows_the_commands_and_exits_2(folder: Path) -> None:
+    done = toolscript(cwd=folder)
+    assert done.returncode == 2
+    for command in ("exec", "tools", "calls", "agent", "serve"):
+        assert command in done.stdout
