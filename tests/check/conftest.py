@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import pytest
+from typing_extensions import TypedDict
 
 from tests.conftest import MakeRuntime
 from toolscript import Runtime, tool

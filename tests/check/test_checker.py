@@ -13,24 +13,6 @@ from toolscript.tools.spec import ToolSpec
 
 from .conftest import catalogue_tools
 
-NOTE_STUBS = """
-class Note(TypedDict):
-    id: int
-    text: str
-"""
-
-
-class TypedDictStubs(ToolCatalogue):
-    """The catalogue of `add_note` and `search_notes`, its stubs showing their `TypedDict`
-    returns as a renderer of output schemas writes them (`Note`, not `dict[str, Any]`)."""
-
-    def prompt(self) -> str:
-        text = super().prompt().replace("from typing import Any, Literal\n", "")
-        text = text.replace("timeout: float | None = None) -> Any:", "TIMEOUT) -> Note:", 1)
-        text = text.replace("timeout: float | None = None) -> Any:", "TIMEOUT) -> list[Note]:", 1)
-        text = text.replace("TIMEOUT", "timeout: float | None = None")
-        return "from typing import Any, Literal, TypedDict\n" + NOTE_STUBS + text
-
 
 def specs() -> list[ToolSpec]:
     return [item.spec for item in catalogue_tools([])]  # add_note, then search_notes
@@ -38,21 +20,22 @@ def specs() -> list[ToolSpec]:
 
 @pytest.mark.timeout(60)
 async def test_a_key_the_results_typeddict_lacks_is_a_finding(tmp_path: Path) -> None:
-    catalogue = TypedDictStubs(specs(), None)
+    catalogue = ToolCatalogue(specs(), None)
     assert "-> Note:" in catalogue.prompt() and "-> list[Note]:" in catalogue.prompt()
     code = (
         "note = await add_note(text='a')\n"
         "print(note['text'])\n"
         "print(note['txt'])\n"
         "for found in await search_notes(query='a'):\n"
-        "    found['tags']\n"
+        "    found['tag']\n"
     )
     outcome = await ScriptChecker(tmp_path).check(catalogue, code, frozenset(), None)
     assert outcome.ran and outcome.failure is None
     assert [str(finding) for finding in outcome.findings] == [
         '<script>:3: a result\'s keys: Unknown key "txt" for TypedDict `Note` - did you mean '
         '"text"?',
-        '<script>:5: a result\'s keys: Unknown key "tags" for TypedDict `Note`',
+        '<script>:5: a result\'s keys: Unknown key "tag" for TypedDict `Note` - did you mean '
+        '"tags"?',
     ]
 
 
@@ -63,7 +46,7 @@ async def test_a_typeddict_of_the_scripts_own_is_not_the_catalogues(tmp_path: Pa
         "class Note(TypedDict):\n    n: int\n"
         "mine: Note = {'n': 1}\nmine['other']\nawait add_note(text='a')\n"
     )
-    outcome = await ScriptChecker(tmp_path).check(TypedDictStubs(specs(), None), code, None, None)
+    outcome = await ScriptChecker(tmp_path).check(ToolCatalogue(specs(), None), code, None, None)
     assert outcome.ran and outcome.findings == []
 
 

@@ -55,6 +55,11 @@ CASES = [
         "add_note(text='x')",
         "`add_note(...)` is never awaited, so the call would not run: `await` it",
     ),
+    (
+        "a key the result's TypedDict lacks",
+        "print((await add_note(text='x'))['txt'])",
+        'a result\'s keys: Unknown key "txt" for TypedDict `Note` - did you mean "text"?',
+    ),
     ("a syntax error", "await add_note(text='x'", "syntax error: '(' was never closed"),
     ("a return outside a function", "return 1", "syntax error: 'return' outside function"),
 ]
