@@ -69,6 +69,8 @@ async def test_a_script_that_names_no_tool_is_not_checked(tmp_path: Path) -> Non
     ):
         outcome = await checker.check(catalogue, code, frozenset(), None)
         assert outcome.ran, code
+    nothing = await checker.check(ToolCatalogue([], None), "await tools.x()", frozenset(), None)
+    assert not nothing.ran
 
 
 @pytest.mark.timeout(60)

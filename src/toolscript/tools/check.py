@@ -126,7 +126,10 @@ class CheckedCatalogue:
 
     def names_tools(self, code: str) -> bool:
         """The cheap test: whether `code` awaits anything, names a tool or server, or calls
-        or reads an attribute of a name close to one. A script that does none is not checked."""
+        or reads an attribute of a name close to one. A script that does none is not checked,
+        nor any script when the catalogue has no tool."""
+        if not self.top_level and not self.servers:
+            return False
         words = set(_WORD.findall(code))
         if "await" in words or not self._words.isdisjoint(words):
             return True
