@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from toolscript.host import checker as checker_module
 from toolscript.host.catalogue import ToolCatalogue
 from toolscript.host.checker import ScriptChecker
 from toolscript.tools.check import CheckedCatalogue, CheckedScript, Diagnostic
@@ -115,3 +117,29 @@ def test_each_finding_is_read_from_the_checkers_line_and_column() -> None:
     assert str(finding) == (
         "<script>:2: `tools` has no tool or server `add_noet`: did you mean `tools.add_note`?"
     )
+
+
+@pytest.mark.timeout(60)
+async def test_a_type_server_that_died_is_started_again_by_the_next_check(tmp_path: Path) -> None:
+    checker = ScriptChecker(tmp_path)
+    catalogue = ToolCatalogue(specs(), None)
+    first = await checker.check(catalogue, "await add_note(txt='a')", frozenset(), None)
+    assert len(first.findings) == 1
+    server = checker._server
+    assert server is not None and server._process is not None
+    server._process.kill()
+    await server._process.wait()
+    again = await checker.check(catalogue, "await add_note(txt='b')", frozenset(), None)
+    assert again.failure is None and len(again.findings) == 1
+    await checker.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_check_that_cannot_run_says_why_and_the_script_runs(
+    start_checked: Any, made: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checker_module, "_ty_binary", lambda: "/nonexistent/ty")
+    runtime = await start_checked("refuse")
+    result = await runtime.run("await add_note(txt='a')")
+    assert made == [] and result.status == "error", result.text  # Python's own TypeError
+    assert "The check before running could not run: ty server failed:" in result.note
