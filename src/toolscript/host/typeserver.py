@@ -51,15 +51,25 @@ class TypeServer:
         async with self._lock:
             try:
                 async with asyncio.timeout(timeout):
-                    if self._process is None or self._process.returncode is not None:
-                        await self._start()
-                    return await self._diagnose(text)
+                    return await self._diagnose_on_a_live_server(text)
             except TimeoutError:
                 await self.close()
                 raise TypeServerError(f"ty did not answer within {timeout:g} s") from None
             except (OSError, ConnectionError, asyncio.IncompleteReadError) as error:
                 await self.close()
                 raise TypeServerError(f"ty server failed: {error}") from None
+
+    async def _diagnose_on_a_live_server(self, text: str) -> list[Diagnostic]:
+        """`_diagnose` on the running server; once more on a new one if that one has gone (it
+        may have died since the last check, before its end was seen)."""
+        reader = self._reader
+        if reader is not None and not reader.done():
+            try:
+                return await self._diagnose(text)
+            except (OSError, ConnectionError, asyncio.IncompleteReadError):
+                await self.close()
+        await self._start()
+        return await self._diagnose(text)
 
     async def _diagnose(self, text: str) -> list[Diagnostic]:
         uri = (self.folder / f"script_{next(self._documents)}.py").as_uri()
