@@ -6,7 +6,7 @@ Each round, in one runtime with ten typed Python tools (`check="warn"`, the defa
 
 - the trivial run `await shell.run("1")` on a warm shell, the floor: it names no tool, so
   its check is skipped after the cheap test, and the same run with `check="off"`, to show
-  what the skip costs;
+  what the skip costs (the two alternate which goes first from round to round);
 - the check alone (the runtime's checker, as `Shell.run` calls it) on a 50-line and on a
   300-line script that call tools in loops, comprehensions, helpers and `gather`, each
   check a new text (a number in it changes), so nothing is served from a cache of the text;
@@ -133,8 +133,10 @@ def main() -> None:
     assert len(script(50, 0).splitlines()) == 50 and len(script(300, 0).splitlines()) == 300
     rounds = []
     for index in range(options.rounds):
-        trivial = summary(asyncio.run(trivial_runs(options.runs, "warn")))
-        trivial_off = summary(asyncio.run(trivial_runs(options.runs, "off")))
+        trivial: dict[str, Any] = {}
+        for check in ("warn", "off") if index % 2 == 0 else ("off", "warn"):  # order alternates
+            trivial[check] = summary(asyncio.run(trivial_runs(options.runs, check)))
+        trivial, trivial_off = trivial["warn"], trivial["off"]
         measured = asyncio.run(checks(options.checks, index))
         rounds.append({"trivial": trivial, "trivial_check_off": trivial_off, **measured})
 
