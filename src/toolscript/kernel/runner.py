@@ -84,7 +84,7 @@ class Kernel:
             "ToolError": ToolError,
             "ToolTimeout": ToolTimeout,
         }
-        self.calls = CallTable(self.loop, self.post, self._current_script_id, self._stopping)
+        self.calls = CallTable(self.loop, self.post, self._current_script_id)
         self._bound_names: set[str] = set()
         self._tools_module = types.ModuleType("tools", "The tools bound into this interpreter.")
         self._tools_module.ToolError = ToolError  # type: ignore[attr-defined]
@@ -176,10 +176,6 @@ class Kernel:
     def _current_script_id(self) -> str | None:
         script = self._script
         return None if script is None or script.finished else script.id
-
-    def _stopping(self) -> bool:
-        script = self._script
-        return script is not None and script.stop_reason is not None
 
     def _answer_check(self, token: object) -> str | None:
         """Tell the host whether a script's code is still running, answering its `token`;
@@ -290,6 +286,7 @@ class Kernel:
         self._finish(script, report)
 
     def _cancel_script(self) -> None:
+        self.calls.stop_reaches_script()
         script = self._script
         if script is not None and script.task is not None and not script.task.done():
             script.task.cancel()
@@ -388,6 +385,7 @@ class Kernel:
         if in_internal_code(frame):
             self.loop.call_soon(self._cancel_script)
             return
+        self.calls.stop_reaches_script()
         raise KeyboardInterrupt
 
     # -- tools -------------------------------------------------------------------------------
