@@ -191,7 +191,10 @@ class BackgroundScripts:
                 outcome,
                 settings,
                 limit,
-                services.unconfined_words(interpreter),
+                [
+                    *services.unconfined_words(interpreter),
+                    *interpreter.catalogue.down_notes(code),
+                ],
                 generation=interpreter.generation,
                 script_id=script_id,
                 shell=shell,

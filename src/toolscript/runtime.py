@@ -34,7 +34,7 @@ from .host.sandbox import prepare as prepare_sandbox
 from .host.template import Template, TemplateError
 from .results import ScriptResult
 from .shell import Shell, ShellServices
-from .tools.prompt import call_name, matching_plans, render_prompt
+from .tools.prompt import call_name, matching_plans
 from .tools.spec import ToolSpec
 
 # `Shell` and `ScriptHandle` are also named here, where they were first defined.
@@ -139,6 +139,7 @@ class Runtime:
         self._started = False
         self._closed = False
         self.mcp_failures: dict[str, str] = {}
+        """The MCP servers that did not start (or list their tools), by name, with why."""
         self._sandbox: Sandbox | None = None
         self.sandbox_failure: str | None = None
         """Why interpreters run without the sandbox, when they do."""
@@ -202,7 +203,7 @@ class Runtime:
             self.mcp_failures = dict(self._mcp.failures)
             specs.extend(self._mcp.specs())
             self._mcp.set_on_change(self._tools_changed)
-        self._catalogue = ToolCatalogue(specs, self.tool_timeout)
+        self._catalogue = ToolCatalogue(specs, self.tool_timeout, self.mcp_failures)
         self._workdir = Path(tempfile.mkdtemp(prefix="toolscript-"))
         try:
             await self._prepare_sandbox()
@@ -320,7 +321,9 @@ class Runtime:
         """An MCP server's tool list changed: bindings follow for the next run."""
         if self._closed or not self._started or self._mcp is None:
             return
-        self._catalogue = ToolCatalogue([*self._tool_specs, *self._mcp.specs()], self.tool_timeout)
+        self._catalogue = ToolCatalogue(
+            [*self._tool_specs, *self._mcp.specs()], self.tool_timeout, self.mcp_failures
+        )
         if self._pool is not None:
             asyncio.get_running_loop().create_task(self._pool.discard_warm())
         for listener in list(self._catalogue_listeners):
@@ -396,11 +399,10 @@ class Runtime:
         """The tool catalogue as Python stubs that compile, for a system prompt.
 
         With `matching`, only the stubs of the tools a script can call whose server, name or
-        description contains it (case-insensitive; an empty string keeps every one).
+        description contains it (case-insensitive; an empty string keeps every one). A server
+        that did not start is named in a comment line with the reason.
         """
-        if matching is None:
-            return self.catalogue.prompt()
-        return render_prompt(matching_plans(self.catalogue.plans, matching))
+        return self.catalogue.prompt(matching)
 
     def tool_names(self, matching: str | None = None) -> list[str]:
         """The tools a script can call, as it calls them (`server.tool`, or `tool` at top

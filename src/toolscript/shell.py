@@ -218,6 +218,7 @@ class Shell:
         notes.extend(services.unconfined_words(interpreter))
         for key, why in interpreter.bind_failures:
             notes.append(f"The tool {key} could not be bound and is missing: {why}")
+        notes.extend(interpreter.catalogue.down_notes(code))
         journal.begin_script(script_id, self.name, interpreter.generation, code, time.time())
         started = time.monotonic()
         try:

@@ -181,7 +181,7 @@ class Interpreter:
             await channel.connect(host_end)
             ready = await channel.expect("ready", self.launch.start_timeout)
             self.python_version = str(ready.get("python"))
-            if self.catalogue.plans:
+            if self.catalogue.plans or self.catalogue.down_messages:
                 await self._bind(self.catalogue)
         except InterpreterStartError as error:
             await self.kill()
@@ -217,9 +217,10 @@ class Interpreter:
         await self._bind(catalogue)
 
     async def _bind(self, catalogue: ToolCatalogue) -> None:
-        bound = await self._channel.expect(
-            "bound", self.launch.start_timeout, {"t": "bind", "plans": catalogue.plans}
-        )
+        frame: wire.BindFrame = {"t": "bind", "plans": catalogue.plans}
+        if catalogue.down_messages:
+            frame["down"] = catalogue.down_messages
+        bound = await self._channel.expect("bound", self.launch.start_timeout, frame)
         self._calls.catalogue = catalogue
         self.bind_failures = [(str(item[0]), str(item[1])) for item in bound.get("failures", [])]
 

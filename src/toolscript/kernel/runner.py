@@ -164,7 +164,7 @@ class Kernel:
             elif kind == "check":
                 self._answer_check(message.get("token"))
             elif kind == "bind":
-                self._bind(message.get("plans", []))
+                self._bind(message.get("plans", []), message.get("down", {}))
             elif kind == "setup":
                 self._setup(message)
             elif kind == "shutdown":
@@ -390,10 +390,10 @@ class Kernel:
 
     # -- tools -------------------------------------------------------------------------------
 
-    def _bind(self, plans: list[dict[str, Any]]) -> None:
+    def _bind(self, plans: list[dict[str, Any]], down: dict[str, str]) -> None:
         from .binding import bind
 
-        bound = bind(plans, self.calls.invoke)
+        bound = bind(plans, self.calls.invoke, down)
         for name in self._bound_names - bound.top_level.keys():
             # A tool the catalogue no longer has: its name goes, unless the script reused it.
             if getattr(self._tools_module, name, None) is self.namespace.get(name):

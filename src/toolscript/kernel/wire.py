@@ -116,10 +116,13 @@ if TYPE_CHECKING:
         token: str
 
     class BindFrame(TypedDict):
-        """Bind these tools (binding plans, made by `toolscript.tools.binding`)."""
+        """Bind these tools (binding plans, made by `toolscript.tools.binding`), and under
+        each name of `down` a server that did not start, whose use raises `ToolError` with
+        the message."""
 
         t: Literal["bind"]
         plans: list[dict[str, Any]]
+        down: NotRequired[dict[str, str]]
 
     class SetupFrame(TypedDict):
         """Work in `cwd`; in the sandbox, `folder` is the shell's folder for the init to mount."""

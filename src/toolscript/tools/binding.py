@@ -90,6 +90,20 @@ def plans_for(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
     return plans
 
 
+def down_server_spellings(
+    plans: Iterable[dict[str, Any]], servers: Iterable[str]
+) -> dict[str, str]:
+    """How a script names each of `servers` that has no tools (it did not start), by server:
+    spelled as any server is, never taking a name `plans` bind at top level."""
+    taken = {
+        str(plan["namespace"] if plan.get("namespace") is not None else plan.get("function"))
+        for plan in plans
+    }
+    names = list(servers)
+    spellings = spell_all(names, RESERVED_TOP_LEVEL, taken)
+    return {name: spelling for name, spelling in zip(names, spellings, strict=True) if spelling}
+
+
 def plan_for(spec: ToolSpec) -> dict[str, Any]:
     """The plan of one tool on its own (names are unique only among its own parameters)."""
     return plans_for([spec])[0]
