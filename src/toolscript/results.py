@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .host.calls import RecordRow, SettledCalls
 from .host.interpreter import Outcome
 from .host.journal import JournalCall
-from .host.output import cut_middle
+from .host.output import cut_head, cut_middle
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -268,6 +268,21 @@ def render_text(result: ScriptResult) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def render_output(stdout: str, stderr: str, limit: int) -> str:
+    """A running script's output so far, as its result's text will show it (stderr, then
+    stdout), but each stream cut to the last lines of its share of `limit`."""
+    sections = [
+        (title, body.rstrip("\n"))
+        for title, body in (("stderr", stderr), ("stdout", stdout))
+        if body.strip()
+    ]
+    shares = _share(limit, [len(body) for _, body in sections])
+    return "\n\n".join(
+        f"{title}:\n{cut_head(body, share)}"
+        for (title, body), share in zip(sections, shares, strict=True)
+    )
+
+
 def _share(room: int, sizes: list[int]) -> list[int]:
     """Split `room` among sections: short ones whole, the rest evenly."""
     shares = [0] * len(sizes)
@@ -357,9 +372,11 @@ def result_from(
     shell: str,
     duration: float,
     log_path: str | None = None,
+    one_off: bool = False,
 ) -> ScriptResult:
     """The result of a script that ran: its status, and a note that says what the caller
-    must know of how it ended (after `notes`, the runner's own)."""
+    must know of how it ended (after `notes`, the runner's own). `one_off`: it ran in an
+    interpreter of its own (a background script), which nothing runs in after it."""
     report = outcome.report
     ending = outcome.ending
     value = report.get("value") if isinstance(report.get("value"), str) else None
@@ -379,7 +396,9 @@ def result_from(
     elif ending == "stopped" and report.get("threads_left"):
         status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
         words.append(
-            _stop_words(outcome.stop_reason, limit, settings, killed=False).split(" It")[0]
+            _stop_words(outcome.stop_reason, limit, settings, killed=False, one_off=one_off).split(
+                " It"
+            )[0]
         )
         words.append(
             f"{report['threads_left']} thread(s) the script started were still running after "
@@ -389,10 +408,14 @@ def result_from(
         )
     elif ending == "stopped":
         status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
-        words.append(_stop_words(outcome.stop_reason, limit, settings, killed=False))
+        words.append(
+            _stop_words(outcome.stop_reason, limit, settings, killed=False, one_off=one_off)
+        )
     elif ending == "killed":
         status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
-        words.append(_stop_words(outcome.stop_reason, limit, settings, killed=True))
+        words.append(
+            _stop_words(outcome.stop_reason, limit, settings, killed=True, one_off=one_off)
+        )
     elif ending == "broken":
         status = "crashed"
         broken = report.get("broken")
@@ -450,7 +473,9 @@ def result_from(
     )
 
 
-def _stop_words(reason: str | None, limit: float, settings: Settings, *, killed: bool) -> str:
+def _stop_words(
+    reason: str | None, limit: float, settings: Settings, *, killed: bool, one_off: bool = False
+) -> str:
     if reason == "time_limit":
         first = f"Stopped at the time limit of {limit:g} s."
         more = (
@@ -460,6 +485,15 @@ def _stop_words(reason: str | None, limit: float, settings: Settings, *, killed:
     else:
         first = f"Cancelled by the caller ({reason or 'cancelled'})."
         more = ""
+    if one_off:
+        # Its interpreter was its own and ends with it: nothing is kept, nothing runs next.
+        how = (
+            f"It did not stop within {settings.grace:g} s of the interrupt, so its "
+            "interpreter was killed."
+            if killed
+            else "It was interrupted and stopped within the grace period."
+        )
+        return f"{first} {how}{more}"
     if killed:
         return (
             f"{first} It did not stop within {settings.grace:g} s of the interrupt, so the "

@@ -50,6 +50,9 @@ class FakeHandle:
     def status(self) -> str:
         return self._task.result().status if self._task.done() else "running"
 
+    def output(self, limit: int | None = None) -> str:
+        return ""
+
     async def result(self) -> FakeResult:
         return await asyncio.shield(self._task)
 
@@ -96,6 +99,9 @@ class FakeShell:
             return await self._outcome(script_id, code, limit)
         except asyncio.CancelledError:
             return FakeResult("cancelled", "exit 1 · cancelled by the caller", script_id)
+
+    def output(self, limit: int | None = None) -> str:
+        return ""
 
     async def run(self, code: str, *, time_limit: float | None = None) -> FakeResult:
         self.runs.append((code, time_limit, False))

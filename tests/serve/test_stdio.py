@@ -128,6 +128,34 @@ async def test_a_long_run_reports_progress_when_the_client_asks(tmp_path: Path) 
     assert message is not None and "time limit 20 s" in message
 
 
+@pytest.mark.timeout(60)
+async def test_progress_notifications_carry_the_last_lines_of_the_output_so_far(
+    tmp_path: Path,
+) -> None:
+    # The script waits until a progress message has shown its output; then it may end.
+    go = tmp_path / "go"
+    heard: list[str] = []
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append(message or "")
+        if "stdout:\nstep one done" in (message or ""):
+            go.write_text("go")
+
+    code = (
+        "import os, time\n"
+        "print('step one done', flush=True)\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+        "'ended'"
+    )
+    async with client(stdio_server(tmp_path)) as session:
+        result = await session.call_tool(
+            "run_python", {"code": code, "time_limit_s": 40}, progress_callback=progress
+        )
+    assert structured(result)["value"] == "'ended'", text(result)
+    shown = [message for message in heard if "step one done" in message]
+    assert shown and shown[0].endswith("its output so far:\n\nstdout:\nstep one done")
+
+
 @pytest.mark.timeout(45)
 async def test_an_upstream_tool_list_change_is_bound_for_the_next_run_and_announced(
     tmp_path: Path,

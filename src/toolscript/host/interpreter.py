@@ -151,6 +151,12 @@ class Interpreter:
     def closing(self, value: bool) -> None:
         self._process.closing = value
 
+    def output_so_far(self) -> tuple[str, str]:
+        """The running script's stdout and stderr read so far (empty when none runs)."""
+        if not self.busy:
+            return "", ""
+        return self._stdout.so_far(), self._stderr.so_far()
+
     @property
     def ledger(self) -> CallLedger:
         return self._calls.ledger

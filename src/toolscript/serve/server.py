@@ -79,6 +79,9 @@ HTTP_SHUTDOWN_DRAIN = 1
 ABANDONED_STOP_MARGIN = 2.0
 """Seconds beyond the runtime's grace period a run waits for an abandoned run to be stopped."""
 
+PROGRESS_OUTPUT = 4_000
+"""Characters of a running script's output (its last lines) a progress notification carries."""
+
 Transport = Literal["stdio", "http"]
 
 
@@ -416,12 +419,11 @@ class ToolscriptServer:
                 if done:
                     return task.result()
                 elapsed = time.monotonic() - started
+                message = f"the script has run for {elapsed:.0f} s (time limit {total:g} s)"
+                output = session.actions.output(PROGRESS_OUTPUT)
+                message += f"; its output so far:\n\n{output}" if output else "; no output yet"
                 with contextlib.suppress(Exception):  # best effort: the client may be gone
-                    await ctx.session.report_progress(
-                        round(elapsed, 1),
-                        total,
-                        f"the script has run for {elapsed:.0f} s (time limit {total:g} s)",
-                    )
+                    await ctx.session.report_progress(round(elapsed, 1), total, message)
                 wait = self.progress_every
         finally:
             if not task.done():
