@@ -30,7 +30,7 @@ import contextlib
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,6 +45,7 @@ __all__ = [
     "RunRequest",
     "ScriptOutcome",
     "ScriptShell",
+    "ShownImage",
     "no_such_tool",
     "run_python_schema",
     "script_id_schema",
@@ -80,8 +81,27 @@ class CallCounts(Protocol):
         ...
 
 
+class ShownImage(Protocol):
+    """An image a script showed (the runtime's `ScriptImage`)."""
+
+    @property
+    def mime_type(self) -> str:
+        """`image/png`, `image/jpeg`, `image/gif` or `image/webp`."""
+        ...
+
+    @property
+    def data(self) -> bytes:
+        """The image's bytes."""
+        ...
+
+
 class ScriptOutcome(Protocol):
     """A settled script result (the runtime's `ScriptResult`)."""
+
+    @property
+    def images(self) -> Sequence[ShownImage]:
+        """The images the script showed."""
+        ...
 
     @property
     def status(self) -> str:
@@ -182,7 +202,8 @@ class Answer:
     whose text says it all); `is_error` is true when nothing was done as asked, or the script
     did not end `ok`. `script_id` names the script the answer is about; `result` is its
     settled result when the answer carries one; `handle` the background script a start
-    answered for, while it runs.
+    answered for, while it runs; `images`, the images the script showed, for the face to
+    send beside the text.
     """
 
     text: str
@@ -191,6 +212,7 @@ class Answer:
     script_id: str | None = None
     result: ScriptOutcome | None = None
     handle: BackgroundScript | None = None
+    images: tuple[ShownImage, ...] = ()
 
     @classmethod
     def of(cls, result: ScriptOutcome) -> Answer:
@@ -201,6 +223,7 @@ class Answer:
             is_error=result.status != "ok",
             script_id=str(result.script_id),
             result=result,
+            images=tuple(result.images),
         )
 
     @classmethod

@@ -16,6 +16,7 @@ from dataclasses import FrozenInstanceError, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .host.calls import RecordRow, SettledCalls
+from .host.images import ScriptImage
 from .host.interpreter import Outcome
 from .host.journal import JournalCall
 from .host.output import cut_head, cut_middle
@@ -209,6 +210,8 @@ class ScriptResult:
     duration: float = 0.0
     log_path: str | None = None
     text_limit: int = TEXT_LIMIT
+    images: tuple[ScriptImage, ...] = ()
+    """The images the script showed (`show(...)`), within `max_images` and `image_limit`."""
 
     @property
     def exit_code(self) -> int:
@@ -241,6 +244,7 @@ class ScriptResult:
             "time_limit": self.time_limit,
             "duration": self.duration,
             "log_path": self.log_path,
+            "images": [{"mime_type": image.mime_type, "size": image.size} for image in self.images],
         }
 
 
@@ -251,6 +255,9 @@ def render_text(result: ScriptResult) -> str:
     call_lines = render_calls(result.calls, result.status)
     if call_lines:
         parts.append(call_lines)
+    if result.images:
+        shown = ", ".join(f"{image.mime_type} {image.size:,} bytes" for image in result.images)
+        parts.append(f"images: {len(result.images)} shown ({shown})")
     head = "\n".join(parts)
     room = max(result.text_limit - len(head), 2_000)
     sections: list[tuple[str, str]] = []
@@ -448,6 +455,8 @@ def result_from(
     exit_value = report.get("exit")
     if ending == "ok" and exit_value == 0 and "error" not in report:
         words.append("The script called sys.exit(0); it ended as ok and the interpreter stays.")
+    if outcome.images_dropped:
+        words.append(outcome.images_dropped)
     never = report.get("never_awaited")
     if isinstance(never, list) and never:
         names = ", ".join(sorted({str(name) for name in never}))
@@ -470,6 +479,7 @@ def result_from(
         shell=shell,
         duration=duration,
         log_path=log_path,
+        images=outcome.images,
     )
 
 

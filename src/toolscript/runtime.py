@@ -35,7 +35,7 @@ from .host.template import Template, TemplateError
 from .results import ScriptResult
 from .shell import Shell, ShellServices
 from .tools.prompt import call_name, matching_plans
-from .tools.spec import ToolSpec
+from .tools.python import as_spec
 
 # `Shell` and `ScriptHandle` are also named here, where they were first defined.
 __all__ = ["Runtime", "RuntimeClosedError", "ScriptHandle", "Shell"]
@@ -76,6 +76,8 @@ class Runtime:
         limits: Mapping[str, int | None] | None = None,
         output_limit: int = _DEFAULT.output_limit,
         text_limit: int = _DEFAULT.text_limit,
+        max_images: int = _DEFAULT.max_images,
+        image_limit: int = _DEFAULT.image_limit,
         start_timeout: float = _DEFAULT.start_timeout,
         preload: Iterable[str] = (),
         fork: bool = _DEFAULT.fork,
@@ -103,6 +105,8 @@ class Runtime:
             limits=limits or {},
             output_limit=output_limit,
             text_limit=text_limit,
+            max_images=max_images,
+            image_limit=image_limit,
             start_timeout=start_timeout,
             preload=tuple(preload),
             fork=fork,
@@ -119,7 +123,7 @@ class Runtime:
             workdir=workdir,
         )
         """The knobs this runtime was made with."""
-        self._tool_specs = [_as_spec(item) for item in tools]
+        self._tool_specs = [as_spec(item) for item in tools]
         self._mcp_config = mcp_config
         self._busy: LoopPoll | None = None
         self.template_failure: str | None = None
@@ -449,6 +453,8 @@ class Runtime:
             limits=self.limits,
             start_timeout=self.start_timeout,
             output_limit=self.output_limit,
+            max_images=self.settings.max_images,
+            image_limit=self.settings.image_limit,
             template=self._template,
             preload=tuple(self.preload),
             busy=self._busy,
@@ -483,19 +489,3 @@ class Runtime:
     def background(self) -> list[ScriptHandle]:
         """Background scripts still running."""
         return self._background.running()
-
-
-def _as_spec(item: Any) -> ToolSpec:
-    if isinstance(item, ToolSpec):
-        return item
-    spec = getattr(item, "spec", None)
-    if isinstance(spec, ToolSpec):
-        return spec
-    if callable(item):
-        from .tools.python import tool
-
-        made = tool(item)
-        made_spec = made.spec
-        assert isinstance(made_spec, ToolSpec)
-        return made_spec
-    raise TypeError(f"tools: {item!r} is not a tool, a ToolSpec or a function")

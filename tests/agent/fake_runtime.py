@@ -30,6 +30,7 @@ class FakeResult:
     text: str
     script_id: str = ""
     calls: FakeCalls = field(default_factory=FakeCalls)
+    images: tuple[Any, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "text": self.text, "script_id": self.script_id}

@@ -6,14 +6,21 @@ server, so every call goes client → toolscript → kernel → toolscript → u
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import anyio
+import mcp.types as types
 import pytest
 
 from tests.conftest import wait_for_file
 
 from .conftest import client, notes, run, stdio_server, structured, text
+
+DEMO_PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+"""The PNG the demo server's `image` tool answers with."""
 
 
 @pytest.mark.timeout(45)
@@ -193,3 +200,34 @@ async def test_a_client_that_abandons_a_run_stops_its_script(tmp_path: Path) -> 
         data = structured(after)
         # Had the script not been stopped, this run would have been refused: the shell busy.
         assert (data["status"], data["value"]) == ("ok", "'free'"), text(after)
+
+
+@pytest.mark.timeout(60)
+async def test_images_a_script_shows_reach_the_client_as_image_content(tmp_path: Path) -> None:
+    # One image a tool of the upstream server returned, one matplotlib figure drawn in the
+    # sandboxed interpreter: both come back beside the text, as the client's image blocks.
+    code = (
+        "import matplotlib\n"
+        "matplotlib.use('Agg')\n"
+        "import matplotlib.pyplot as plt\n"
+        "show(await demo.image())\n"
+        "figure, axes = plt.subplots(figsize=(2, 2), dpi=50)\n"
+        "axes.plot([1, 3, 2])\n"
+        "show(figure)\n"
+        "'drawn'"
+    )
+    async with client(stdio_server(tmp_path)) as session:
+        result = await run(session, code)
+    assert structured(result)["value"] == "'drawn'", text(result)
+    first, *images = result.content
+    assert isinstance(first, types.TextContent) and "images: 2 shown" in first.text
+    blocks = [image for image in images if isinstance(image, types.ImageContent)]
+    assert len(blocks) == len(images) == 2
+    assert [block.mime_type for block in blocks] == ["image/png", "image/png"]
+    tool_image, figure = (base64.b64decode(block.data) for block in blocks)
+    assert tool_image == DEMO_PNG
+    assert figure.startswith(b"\x89PNG\r\n\x1a\n") and len(figure) > 1_000
+    assert [image["mime_type"] for image in structured(result)["images"]] == [
+        "image/png",
+        "image/png",
+    ]

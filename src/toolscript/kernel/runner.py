@@ -31,6 +31,7 @@ from .calls import CallTable, ToolError, ToolTimeout
 from .cells import VALUE_NAME, Cell, compile_cell, ending, format_compile_error, run_cell
 from .descriptors import BROKEN_EXIT, OwnDescriptors
 from .loop import KernelLoop, WatchedSelector, forbid_asyncio_run, moved_socket, task_factory
+from .show import make_show
 from .stop import end_what_it_started, in_internal_code, nothing_left_running
 from .streams import ScriptOutput
 from .wire import BATCH, ChannelReader, FrameError, FrameReader, encode
@@ -85,6 +86,7 @@ class Kernel:
             "ToolTimeout": ToolTimeout,
         }
         self.calls = CallTable(self.loop, self.post, self._current_script_id)
+        self.namespace["show"] = make_show(self.post, self._current_script_id)
         self._bound_names: set[str] = set()
         self._tools_module = types.ModuleType("tools", "The tools bound into this interpreter.")
         self._tools_module.ToolError = ToolError  # type: ignore[attr-defined]

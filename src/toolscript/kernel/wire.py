@@ -187,6 +187,14 @@ if TYPE_CHECKING:
         token: object
         running: str | None
 
+    class ImageFrame(TypedDict):
+        """An image the running script showed (`show(...)`): its type and base64 data."""
+
+        t: Literal["image"]
+        script: str | None
+        mime_type: str
+        data: str
+
     class DoneFrame(TypedDict, total=False):
         """How a script ended. The host's own words on an end (`killed`, `crashed`, `fault`)
         have the same shape, with only `status`."""
@@ -217,7 +225,14 @@ if TYPE_CHECKING:
         ExecFrame | AnswerFrame | CheckFrame | BindFrame | SetupFrame | ShutdownFrame
     )
     KernelFrame: TypeAlias = (
-        ReadyFrame | BoundFrame | SetFrame | CallFrame | AckFrame | CheckedFrame | DoneFrame
+        ReadyFrame
+        | BoundFrame
+        | SetFrame
+        | CallFrame
+        | AckFrame
+        | CheckedFrame
+        | ImageFrame
+        | DoneFrame
     )
     Frame: TypeAlias = HostFrame | KernelFrame
 

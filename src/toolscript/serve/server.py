@@ -27,6 +27,7 @@ A client that insists on the stateless protocol over HTTP is served from one sha
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import logging
@@ -510,8 +511,12 @@ def _connection_of(ctx: ServerRequestContext[Any]) -> Connection | None:
 
 
 def _content(answer: Answer) -> types.CallToolResult:
+    content: list[types.ContentBlock] = [types.TextContent(text=answer.text)]
+    for image in answer.images:
+        data = base64.b64encode(image.data).decode("ascii")
+        content.append(types.ImageContent(data=data, mime_type=image.mime_type))
     return types.CallToolResult(
-        content=[types.TextContent(text=answer.text)],
+        content=content,
         structured_content=answer.data,
         is_error=answer.is_error,
     )
