@@ -130,6 +130,13 @@ def agent_command(
         float | None,
         typer.Option("--tool-timeout", help="The longest time limit of one script, in seconds."),
     ] = 60.0,
+    images: Annotated[
+        bool,
+        typer.Option(
+            "--images/--no-images",
+            help="Send the images scripts show to the model (--no-images for a model without).",
+        ),
+    ] = True,
     as_json: JSONOption = False,
     journal: JournalOption = None,
     network: NetworkOption = False,
@@ -170,7 +177,14 @@ def agent_command(
             for server, reason in rt.mcp_failures.items():
                 console.print(f"toolscript: MCP server {server!r} did not start: {reason}")
             try:
-                agent = Agent(model, rt, base_url=base_url, control=control, on_event=progress.hear)
+                agent = Agent(
+                    model,
+                    rt,
+                    base_url=base_url,
+                    control=control,
+                    images=images,
+                    on_event=progress.hear,
+                )
             except ValueError as error:
                 raise typer.BadParameter(str(error), param_hint="--model") from None
             with Live(progress.status(), console=console, transient=True) as live:
