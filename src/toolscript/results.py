@@ -410,8 +410,12 @@ def result_from(
         words.append(
             f"{report['threads_left']} thread(s) the script started were still running after "
             "the stop, and a thread cannot be stopped from outside, so the interpreter was "
-            "replaced. Its state is gone: variables, imports and tasks; the next run starts a "
-            "fresh interpreter."
+            + (
+                "killed."
+                if one_off
+                else "replaced. Its state is gone: variables, imports and tasks; the next run "
+                "starts a fresh interpreter."
+            )
         )
     elif ending == "stopped":
         status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
@@ -451,7 +455,7 @@ def result_from(
         )
     else:
         status = "crashed"
-        words.append(_crash_words(outcome.exit_description))
+        words.append(_crash_words(outcome.exit_description, one_off=one_off))
     exit_value = report.get("exit")
     if ending == "ok" and exit_value == 0 and "error" not in report:
         words.append("The script called sys.exit(0); it ended as ok and the interpreter stays.")
@@ -516,7 +520,7 @@ def _stop_words(
     )
 
 
-def _crash_words(exit_description: str | None) -> str:
+def _crash_words(exit_description: str | None, *, one_off: bool = False) -> str:
     what = exit_description or "exit status unknown"
     if "SIGSEGV" in what or "SIGBUS" in what:
         cause = "a crash in C code: an extension module, ctypes, or a corrupted object"
@@ -539,9 +543,9 @@ def _crash_words(exit_description: str | None) -> str:
     else:
         cause = "it was ended by a signal"
         look = "the end of stderr"
+    said = f"The interpreter died ({what}). Likely cause: {cause}. What to look for: {look}."
     return (
-        f"The interpreter died ({what}). Likely cause: {cause}. What to look for: {look}. "
-        "Its state is gone: the next run starts a fresh interpreter."
+        said if one_off else f"{said} Its state is gone: the next run starts a fresh interpreter."
     )
 
 

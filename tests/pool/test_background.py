@@ -98,6 +98,7 @@ async def test_a_background_script_that_crashes_fires_on_done_with_crashed_and_i
     [result] = seen
     assert result.status == "crashed"
     assert "exit code 3" in result.note
+    assert "next run" not in result.note  # its interpreter was its own: nothing runs next
     assert result.calls.made == 2
     fates = {record.args_brief: (record.fate, record.cause) for record in result.calls.records}
     assert fates["x=1"] == ("seen", None)
