@@ -102,7 +102,7 @@ class DownServer(types.ModuleType):
         self._message = message
 
     def __repr__(self) -> str:
-        return f"<server that did not start: {self._message.splitlines()[0]}>"
+        return f"<server that did not start: {self._message.partition(chr(10))[0]}>"
 
     def __dir__(self) -> list[str]:
         return []
