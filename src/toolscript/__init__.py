@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .background import ScriptHandle
     from .config import Settings
+    from .host.images import ScriptImage
     from .host.journal import Journal, JournalCall, JournalScript
     from .results import CallRecord, CallReport, ScriptResult
     from .runtime import Runtime, RuntimeClosedError
@@ -35,6 +36,7 @@ _WHERE = {
     "Runtime": "runtime",
     "RuntimeClosedError": "runtime",
     "ScriptHandle": "background",
+    "ScriptImage": "host.images",
     "ScriptResult": "results",
     "Settings": "config",
     "Shell": "shell",
@@ -53,6 +55,7 @@ __all__ = [
     "Runtime",
     "RuntimeClosedError",
     "ScriptHandle",
+    "ScriptImage",
     "ScriptResult",
     "Settings",
     "Shell",

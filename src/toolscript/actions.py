@@ -16,7 +16,8 @@ The rules, the same for both faces:
 - A background script is found by its id only in the conversation that started it: while it
   runs, and for `keep_for` seconds after it ends (the last `keep_count` that ended).
 - An answer is text for the model and the same facts as JSON-safe `data`: a settled result's
-  `text` and `to_dict()`; for a script still running, its `script_id` and `status: running`.
+  `text` and `to_dict()`; for a script still running, its `script_id`, `status: running`,
+  and (from `script_status`) the last lines of its `output` so far.
   It `is_error` when nothing was done as asked, or the script did not end `ok`.
 
 Only the runtime's public face is used, through the protocols below (`Shell`, `ScriptHandle`
@@ -29,7 +30,7 @@ import contextlib
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -44,6 +45,7 @@ __all__ = [
     "RunRequest",
     "ScriptOutcome",
     "ScriptShell",
+    "ShownImage",
     "no_such_tool",
     "run_python_schema",
     "script_id_schema",
@@ -79,8 +81,27 @@ class CallCounts(Protocol):
         ...
 
 
+class ShownImage(Protocol):
+    """An image a script showed (the runtime's `ScriptImage`)."""
+
+    @property
+    def mime_type(self) -> str:
+        """`image/png`, `image/jpeg`, `image/gif` or `image/webp`."""
+        ...
+
+    @property
+    def data(self) -> bytes:
+        """The image's bytes."""
+        ...
+
+
 class ScriptOutcome(Protocol):
     """A settled script result (the runtime's `ScriptResult`)."""
+
+    @property
+    def images(self) -> Sequence[ShownImage]:
+        """The images the script showed."""
+        ...
 
     @property
     def status(self) -> str:
@@ -119,6 +140,10 @@ class BackgroundScript(Protocol):
         """`running` until the script ends, then its result's status."""
         ...
 
+    def output(self, limit: int | None = None) -> str:
+        """The last lines of what it has written so far, within `limit` characters."""
+        ...
+
     async def result(self) -> ScriptOutcome:
         """Wait for the script to end and return its result."""
         ...
@@ -133,6 +158,11 @@ class ScriptShell(Protocol):
 
     async def run(self, code: str, *, time_limit: float | None = None) -> ScriptOutcome:
         """Run `code` and return its settled result."""
+        ...
+
+    def output(self, limit: int | None = None) -> str:
+        """The last lines of what the script running now has written, within `limit`
+        characters ("" when none runs)."""
         ...
 
 
@@ -172,7 +202,8 @@ class Answer:
     whose text says it all); `is_error` is true when nothing was done as asked, or the script
     did not end `ok`. `script_id` names the script the answer is about; `result` is its
     settled result when the answer carries one; `handle` the background script a start
-    answered for, while it runs.
+    answered for, while it runs; `images`, the images the script showed, for the face to
+    send beside the text.
     """
 
     text: str
@@ -181,6 +212,7 @@ class Answer:
     script_id: str | None = None
     result: ScriptOutcome | None = None
     handle: BackgroundScript | None = None
+    images: tuple[ShownImage, ...] = ()
 
     @classmethod
     def of(cls, result: ScriptOutcome) -> Answer:
@@ -191,6 +223,7 @@ class Answer:
             is_error=result.status != "ok",
             script_id=str(result.script_id),
             result=result,
+            images=tuple(result.images),
         )
 
     @classmethod
@@ -312,6 +345,11 @@ class Actions:
         """
         return Answer.of(await self.shell.run(request.code, time_limit=request.time_limit))
 
+    def output(self, limit: int | None = None) -> str:
+        """The last lines of what the foreground script running now has written, within
+        `limit` characters ("" when none runs): what a face shows while it waits."""
+        return self.shell.output(limit)
+
     async def start(
         self, request: RunRequest, *, on_done: Callable[[Any], Any] | None = None
     ) -> Answer:
@@ -354,15 +392,23 @@ class Actions:
         if isinstance(found, Answer):
             return found
         script_id, tracked = found
-        if tracked.handle.status() == "running":
+        handle = tracked.handle
+        if handle.status() == "running":
             running_for = time.monotonic() - tracked.started
+            output = handle.output()
+            said = f"Its output so far:\n\n{output}" if output else "It has written nothing yet."
             return Answer(
                 f"Background script {script_id} is still running ({running_for:.1f} s so far). "
-                "Ask again later, or stop it with cancel_script.",
-                {"script_id": script_id, "status": "running", "running_for": round(running_for, 3)},
+                f"Ask again later, or stop it with cancel_script. {said}",
+                {
+                    "script_id": script_id,
+                    "status": "running",
+                    "running_for": round(running_for, 3),
+                    "output": output,
+                },
                 script_id=script_id,
             )
-        return Answer.of(await tracked.handle.result())
+        return Answer.of(await handle.result())
 
     async def cancel_script(self, arguments: Mapping[str, Any]) -> Answer:
         """Stop a background script (an interrupt, then a kill) and answer with its result;

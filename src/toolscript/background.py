@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .host.interpreter import Interpreter, InterpreterStartError
 from .host.pool import CapReached
-from .results import ScriptResult, check_words, result_from
+from .results import ScriptResult, check_words, render_output, result_from
 
 if TYPE_CHECKING:
     from .shell import ShellServices
@@ -64,10 +64,15 @@ class ScriptHandle:
     """
 
     def __init__(
-        self, script_id: str, on_done: Callable[[ScriptResult], Any] | None, grace: float
+        self,
+        script_id: str,
+        on_done: Callable[[ScriptResult], Any] | None,
+        grace: float,
+        text_limit: int,
     ) -> None:
         self.id = script_id
         self._grace = grace
+        self._text_limit = text_limit
         self.log_path: str | None = None
         self._on_done = on_done
         self._result: asyncio.Future[ScriptResult] = asyncio.get_running_loop().create_future()
@@ -82,6 +87,20 @@ class ScriptHandle:
 
     def done(self) -> bool:
         return self._result.done()
+
+    def output(self, limit: int | None = None) -> str:
+        """What it has written so far: the last lines of its stderr and stdout, each cut to
+        its share of `limit` characters (default: the runtime's `text_limit`), under the
+        headings its result's text uses. Once it has ended, its result's output."""
+        limit = self._text_limit if limit is None else limit
+        if self._result.done():
+            result = self._result.result()
+            return render_output(result.stdout, result.stderr, limit)
+        interpreter = self._interpreter
+        if interpreter is None:
+            return ""
+        stdout, stderr = interpreter.output_so_far()
+        return render_output(stdout, stderr, limit)
 
     async def result(self) -> ScriptResult:
         """Its result, once it has ended (waits until then)."""
@@ -147,7 +166,7 @@ class BackgroundScripts:
         with the request, or because `max_background` scripts are running."""
         settings = services.settings
         script_id = f"{shell}:bg-{secrets.token_hex(5)}"
-        handle = ScriptHandle(script_id, on_done, settings.grace)
+        handle = ScriptHandle(script_id, on_done, settings.grace, settings.text_limit)
         running = len(self.running())
         if problem is None and running >= settings.max_background:
             problem = (
@@ -222,12 +241,17 @@ class BackgroundScripts:
                 outcome,
                 settings,
                 limit,
-                [*notes, *services.unconfined_words(interpreter)],
+                [
+                    *notes,
+                    *services.unconfined_words(interpreter),
+                    *interpreter.catalogue.down_notes(code),
+                ],
                 generation=interpreter.generation,
                 script_id=script_id,
                 shell=shell,
                 duration=time.monotonic() - started,
                 log_path=str(log_path),
+                one_off=True,
             )
             journal.end_script(script_id, result.status, time.time())
         finally:

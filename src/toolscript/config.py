@@ -48,6 +48,10 @@ class Settings:
     """Bytes of each stream the host keeps per script: its head and its tail."""
     text_limit: int = TEXT_LIMIT
     """Characters of `ScriptResult.text`."""
+    max_images: int = 8
+    """Images a result carries at most (`show()` in the script); the rest are dropped, said."""
+    image_limit: int = 5_000_000
+    """Bytes of images a result carries at most, in all."""
     start_timeout: float = 20.0
     """Seconds an interpreter has to become ready."""
     preload: Sequence[str] = ()
@@ -106,6 +110,8 @@ class Settings:
             ("max_interpreters", self.max_interpreters, 1),
             ("max_background", self.max_background, 0),
             ("log_limit", self.log_limit, 0),
+            ("max_images", self.max_images, 0),
+            ("image_limit", self.image_limit, 0),
         ):
             if type(value) is not int or value < least:
                 raise ValueError(f"{knob} must be a whole number, at least {least}")

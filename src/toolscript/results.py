@@ -16,9 +16,10 @@ from dataclasses import FrozenInstanceError, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .host.calls import RecordRow, SettledCalls
+from .host.images import ScriptImage
 from .host.interpreter import Outcome
 from .host.journal import JournalCall
-from .host.output import cut_middle
+from .host.output import cut_head, cut_middle
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -209,6 +210,8 @@ class ScriptResult:
     duration: float = 0.0
     log_path: str | None = None
     text_limit: int = TEXT_LIMIT
+    images: tuple[ScriptImage, ...] = ()
+    """The images the script showed (`show(...)`), within `max_images` and `image_limit`."""
 
     @property
     def exit_code(self) -> int:
@@ -241,6 +244,7 @@ class ScriptResult:
             "time_limit": self.time_limit,
             "duration": self.duration,
             "log_path": self.log_path,
+            "images": [{"mime_type": image.mime_type, "size": image.size} for image in self.images],
         }
 
 
@@ -251,6 +255,9 @@ def render_text(result: ScriptResult) -> str:
     call_lines = render_calls(result.calls, result.status)
     if call_lines:
         parts.append(call_lines)
+    if result.images:
+        shown = ", ".join(f"{image.mime_type} {image.size:,} bytes" for image in result.images)
+        parts.append(f"images: {len(result.images)} shown ({shown})")
     head = "\n".join(parts)
     room = max(result.text_limit - len(head), 2_000)
     sections: list[tuple[str, str]] = []
@@ -266,6 +273,21 @@ def render_text(result: ScriptResult) -> str:
     for (title, body), share in zip(sections, shares, strict=True):
         parts.append(f"{title}:\n{cut_middle(body, share)}")
     return "\n\n".join(parts) + "\n"
+
+
+def render_output(stdout: str, stderr: str, limit: int) -> str:
+    """A running script's output so far, as its result's text will show it (stderr, then
+    stdout), but each stream cut to the last lines of its share of `limit`."""
+    sections = [
+        (title, body.rstrip("\n"))
+        for title, body in (("stderr", stderr), ("stdout", stdout))
+        if body.strip()
+    ]
+    shares = _share(limit, [len(body) for _, body in sections])
+    return "\n\n".join(
+        f"{title}:\n{cut_head(body, share)}"
+        for (title, body), share in zip(sections, shares, strict=True)
+    )
 
 
 def _share(room: int, sizes: list[int]) -> list[int]:
@@ -371,9 +393,11 @@ def result_from(
     shell: str,
     duration: float,
     log_path: str | None = None,
+    one_off: bool = False,
 ) -> ScriptResult:
     """The result of a script that ran: its status, and a note that says what the caller
-    must know of how it ended (after `notes`, the runner's own)."""
+    must know of how it ended (after `notes`, the runner's own). `one_off`: it ran in an
+    interpreter of its own (a background script), which nothing runs in after it."""
     report = outcome.report
     ending = outcome.ending
     value = report.get("value") if isinstance(report.get("value"), str) else None
@@ -393,20 +417,30 @@ def result_from(
     elif ending == "stopped" and report.get("threads_left"):
         status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
         words.append(
-            _stop_words(outcome.stop_reason, limit, settings, killed=False).split(" It")[0]
+            _stop_words(outcome.stop_reason, limit, settings, killed=False, one_off=one_off).split(
+                " It"
+            )[0]
         )
         words.append(
             f"{report['threads_left']} thread(s) the script started were still running after "
             "the stop, and a thread cannot be stopped from outside, so the interpreter was "
-            "replaced. Its state is gone: variables, imports and tasks; the next run starts a "
-            "fresh interpreter."
+            + (
+                "killed."
+                if one_off
+                else "replaced. Its state is gone: variables, imports and tasks; the next run "
+                "starts a fresh interpreter."
+            )
         )
     elif ending == "stopped":
         status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
-        words.append(_stop_words(outcome.stop_reason, limit, settings, killed=False))
+        words.append(
+            _stop_words(outcome.stop_reason, limit, settings, killed=False, one_off=one_off)
+        )
     elif ending == "killed":
         status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
-        words.append(_stop_words(outcome.stop_reason, limit, settings, killed=True))
+        words.append(
+            _stop_words(outcome.stop_reason, limit, settings, killed=True, one_off=one_off)
+        )
     elif ending == "broken":
         status = "crashed"
         broken = report.get("broken")
@@ -435,10 +469,12 @@ def result_from(
         )
     else:
         status = "crashed"
-        words.append(_crash_words(outcome.exit_description))
+        words.append(_crash_words(outcome.exit_description, one_off=one_off))
     exit_value = report.get("exit")
     if ending == "ok" and exit_value == 0 and "error" not in report:
         words.append("The script called sys.exit(0); it ended as ok and the interpreter stays.")
+    if outcome.images_dropped:
+        words.append(outcome.images_dropped)
     never = report.get("never_awaited")
     if isinstance(never, list) and never:
         names = ", ".join(sorted({str(name) for name in never}))
@@ -461,10 +497,13 @@ def result_from(
         shell=shell,
         duration=duration,
         log_path=log_path,
+        images=outcome.images,
     )
 
 
-def _stop_words(reason: str | None, limit: float, settings: Settings, *, killed: bool) -> str:
+def _stop_words(
+    reason: str | None, limit: float, settings: Settings, *, killed: bool, one_off: bool = False
+) -> str:
     if reason == "time_limit":
         first = f"Stopped at the time limit of {limit:g} s."
         more = (
@@ -474,6 +513,15 @@ def _stop_words(reason: str | None, limit: float, settings: Settings, *, killed:
     else:
         first = f"Cancelled by the caller ({reason or 'cancelled'})."
         more = ""
+    if one_off:
+        # Its interpreter was its own and ends with it: nothing is kept, nothing runs next.
+        how = (
+            f"It did not stop within {settings.grace:g} s of the interrupt, so its "
+            "interpreter was killed."
+            if killed
+            else "It was interrupted and stopped within the grace period."
+        )
+        return f"{first} {how}{more}"
     if killed:
         return (
             f"{first} It did not stop within {settings.grace:g} s of the interrupt, so the "
@@ -486,7 +534,7 @@ def _stop_words(reason: str | None, limit: float, settings: Settings, *, killed:
     )
 
 
-def _crash_words(exit_description: str | None) -> str:
+def _crash_words(exit_description: str | None, *, one_off: bool = False) -> str:
     what = exit_description or "exit status unknown"
     if "SIGSEGV" in what or "SIGBUS" in what:
         cause = "a crash in C code: an extension module, ctypes, or a corrupted object"
@@ -509,9 +557,9 @@ def _crash_words(exit_description: str | None) -> str:
     else:
         cause = "it was ended by a signal"
         look = "the end of stderr"
+    said = f"The interpreter died ({what}). Likely cause: {cause}. What to look for: {look}."
     return (
-        f"The interpreter died ({what}). Likely cause: {cause}. What to look for: {look}. "
-        "Its state is gone: the next run starts a fresh interpreter."
+        said if one_off else f"{said} Its state is gone: the next run starts a fresh interpreter."
     )
 
 

@@ -35,8 +35,8 @@ from .host.sandbox import prepare as prepare_sandbox
 from .host.template import Template, TemplateError
 from .results import ScriptResult
 from .shell import Shell, ShellServices
-from .tools.prompt import call_name, matching_plans, render_prompt, summary
-from .tools.spec import ToolSpec
+from .tools.prompt import call_name, matching_plans, summary
+from .tools.python import as_spec
 
 # `Shell` and `ScriptHandle` are also named here, where they were first defined.
 __all__ = ["Runtime", "RuntimeClosedError", "ScriptHandle", "Shell"]
@@ -77,6 +77,8 @@ class Runtime:
         limits: Mapping[str, int | None] | None = None,
         output_limit: int = _DEFAULT.output_limit,
         text_limit: int = _DEFAULT.text_limit,
+        max_images: int = _DEFAULT.max_images,
+        image_limit: int = _DEFAULT.image_limit,
         start_timeout: float = _DEFAULT.start_timeout,
         preload: Iterable[str] = (),
         fork: bool = _DEFAULT.fork,
@@ -105,6 +107,8 @@ class Runtime:
             limits=limits or {},
             output_limit=output_limit,
             text_limit=text_limit,
+            max_images=max_images,
+            image_limit=image_limit,
             start_timeout=start_timeout,
             preload=tuple(preload),
             fork=fork,
@@ -122,7 +126,7 @@ class Runtime:
             check=check,
         )
         """The knobs this runtime was made with."""
-        self._tool_specs = [_as_spec(item) for item in tools]
+        self._tool_specs = [as_spec(item) for item in tools]
         self._mcp_config = mcp_config
         self._busy: LoopPoll | None = None
         self.template_failure: str | None = None
@@ -143,6 +147,7 @@ class Runtime:
         self._started = False
         self._closed = False
         self.mcp_failures: dict[str, str] = {}
+        """The MCP servers that did not start (or list their tools), by name, with why."""
         self._sandbox: Sandbox | None = None
         self._head_start: headstart.HeadStart | None = None
         self.sandbox_failure: str | None = None
@@ -208,7 +213,7 @@ class Runtime:
             self.mcp_failures = dict(self._mcp.failures)
             specs.extend(self._mcp.specs())
             self._mcp.set_on_change(self._tools_changed)
-        self._catalogue = ToolCatalogue(specs, self.tool_timeout)
+        self._catalogue = ToolCatalogue(specs, self.tool_timeout, self.mcp_failures)
         self._workdir = Path(tempfile.mkdtemp(prefix="toolscript-"))
         try:
             await self._prepare_sandbox()
@@ -335,7 +340,9 @@ class Runtime:
         """An MCP server's tool list changed: bindings follow for the next run."""
         if self._closed or not self._started or self._mcp is None:
             return
-        self._catalogue = ToolCatalogue([*self._tool_specs, *self._mcp.specs()], self.tool_timeout)
+        self._catalogue = ToolCatalogue(
+            [*self._tool_specs, *self._mcp.specs()], self.tool_timeout, self.mcp_failures
+        )
         if self._pool is not None:
             asyncio.get_running_loop().create_task(self._pool.discard_warm())
         for listener in list(self._catalogue_listeners):
@@ -417,11 +424,10 @@ class Runtime:
 
         With `matching`, only the stubs of the tools a script can call whose name, server or
         description has every word of it (case-insensitive, plural or singular), best match
-        first; an empty string keeps every one.
+        first; an empty string keeps every one. A server that did not start is named in a
+        comment line with the reason.
         """
-        if matching is None:
-            return self.catalogue.prompt()
-        return render_prompt(matching_plans(self.catalogue.plans, matching))
+        return self.catalogue.prompt(matching)
 
     def tool_names(self, matching: str | None = None) -> list[str]:
         """The tools a script can call, as it calls them (`server.tool`, or `tool` at top
@@ -474,6 +480,8 @@ class Runtime:
             limits=self.limits,
             start_timeout=self.start_timeout,
             output_limit=self.output_limit,
+            max_images=self.settings.max_images,
+            image_limit=self.settings.image_limit,
             template=self._template,
             preload=tuple(self.preload),
             busy=self._busy,
@@ -507,19 +515,3 @@ class Runtime:
     def background(self) -> list[ScriptHandle]:
         """Background scripts still running."""
         return self._background.running()
-
-
-def _as_spec(item: Any) -> ToolSpec:
-    if isinstance(item, ToolSpec):
-        return item
-    spec = getattr(item, "spec", None)
-    if isinstance(spec, ToolSpec):
-        return spec
-    if callable(item):
-        from .tools.python import tool
-
-        made = tool(item)
-        made_spec = made.spec
-        assert isinstance(made_spec, ToolSpec)
-        return made_spec
-    raise TypeError(f"tools: {item!r} is not a tool, a ToolSpec or a function")

@@ -32,6 +32,7 @@ from .host.pool import CapReached, InterpreterPool
 from .results import (
     ScriptResult,
     broken_reset_words,
+    render_output,
     reset_words,
     result_from,
     uncertain_words,
@@ -86,6 +87,17 @@ class Shell:
     @property
     def busy(self) -> bool:
         return self._running is not None
+
+    def output(self, limit: int | None = None) -> str:
+        """What the script running in the foreground has written so far ("" when none
+        runs): the last lines of its stderr and stdout, each cut to its share of `limit`
+        characters (default: the runtime's `text_limit`)."""
+        interpreter = self._interpreter
+        if self._running is None or interpreter is None:
+            return ""
+        stdout, stderr = interpreter.output_so_far()
+        limit = self._services.settings.text_limit if limit is None else limit
+        return render_output(stdout, stderr, limit)
 
     async def start(
         self,
@@ -225,6 +237,7 @@ class Shell:
         if refusal is not None:
             return self._refused(script_id, "", limit, note=refusal)
         notes[:0] = check_notes
+        notes.extend(interpreter.catalogue.down_notes(code))
         journal.begin_script(script_id, self.name, interpreter.generation, code, time.time())
         started = time.monotonic()
         try:

@@ -30,6 +30,7 @@ class FakeResult:
     text: str
     script_id: str = ""
     calls: FakeCalls = field(default_factory=FakeCalls)
+    images: tuple[Any, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "text": self.text, "script_id": self.script_id}
@@ -49,6 +50,9 @@ class FakeHandle:
 
     def status(self) -> str:
         return self._task.result().status if self._task.done() else "running"
+
+    def output(self, limit: int | None = None) -> str:
+        return ""
 
     async def result(self) -> FakeResult:
         return await asyncio.shield(self._task)
@@ -96,6 +100,9 @@ class FakeShell:
             return await self._outcome(script_id, code, limit)
         except asyncio.CancelledError:
             return FakeResult("cancelled", "exit 1 · cancelled by the caller", script_id)
+
+    def output(self, limit: int | None = None) -> str:
+        return ""
 
     async def run(self, code: str, *, time_limit: float | None = None) -> FakeResult:
         self.runs.append((code, time_limit, False))

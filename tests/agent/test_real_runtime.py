@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from typing import Any
 
@@ -10,8 +11,9 @@ import pytest
 
 from tests.conftest import MakeRuntime
 from toolscript import Runtime, tool
+from toolscript.agent import Agent
 
-from .helpers import agent_for, said_to_model
+from .helpers import KEY, agent_for, control, said_to_model
 from .standins import Reply, StandIn
 
 pytestmark = pytest.mark.timeout(30)
@@ -67,6 +69,71 @@ async def test_a_turn_runs_real_scripts_and_the_model_reads_their_results(
     assert "async def lookup(*, key: str" in json.dumps(standin.requests[0])
     scripts = [e for e in turn.transcript if e["role"] == "script"]
     assert scripts[0]["result"]["calls"]["by_fate"] == {"seen": 1}
+
+
+async def test_the_images_a_script_shows_are_sent_to_the_model_as_image_blocks(
+    standin: StandIn, runtime: Runtime
+) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + b"pixels"
+    standin.queue(
+        Reply(calls=[("run_python", {"code": f"show({png!r})\nprint('drawn')"})]),
+        Reply(calls=[("finish", {"summary": "drew it"})]),
+    )
+    agent = agent_for(standin, runtime)
+
+    turn = await agent.run("draw")
+
+    assert turn.stop_reason == "end_turn"
+    messages = standin.requests[1]["messages"]
+    data = base64.b64encode(png).decode("ascii")
+    if standin.provider == "anthropic":
+        [result] = [
+            block
+            for message in messages
+            if isinstance(message["content"], list)
+            for block in message["content"]
+            if block["type"] == "tool_result"
+        ]
+        text, image = result["content"]
+        assert text["type"] == "text" and "drawn" in text["text"]
+        assert image == {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": data},
+        }
+    else:
+        tool = next(index for index, message in enumerate(messages) if message["role"] == "tool")
+        assert "drawn" in messages[tool]["content"]
+        shown = messages[tool + 1]
+        assert shown["role"] == "user"
+        label, image = shown["content"]
+        assert label["type"] == "text" and "images shown by tool call" in label["text"]
+        assert image == {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}
+    results = [e for e in turn.transcript if e["role"] == "tool_results"]
+    assert results[0]["results"][0]["images"] == [{"mime_type": "image/png", "size": len(png)}]
+
+
+async def test_an_agent_told_its_model_takes_no_images_sends_the_text_alone(
+    standin: StandIn, runtime: Runtime
+) -> None:
+    standin.queue(
+        Reply(calls=[("run_python", {"code": "show(b'GIF89a' + b'x' * 10)"})]),
+        Reply(calls=[("finish", {"summary": "drew it"})]),
+    )
+    agent = Agent(
+        standin.model,
+        runtime,
+        base_url=standin.base_url,
+        api_key=KEY,
+        control=control(),
+        images=False,
+    )
+
+    turn = await agent.run("draw")
+
+    assert turn.stop_reason == "end_turn"
+    said = said_to_model(standin.requests[1])
+    assert "images: 1 shown (image/gif 16 bytes)" in said
+    assert "base64" not in said and '"type": "image' not in said
 
 
 async def test_a_script_that_outlives_the_turn_is_stopped_by_the_runtime_at_the_lifetime(

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import MakeRuntime
 from toolscript import Runtime
 from toolscript.kernel.names import MAX_NAMES, NameTeller
+
+from .conftest import catalogue_tools
 
 
 @pytest.mark.timeout(60)
@@ -89,3 +94,23 @@ def test_past_max_names_the_kernel_says_so_once_then_tells_all_again() -> None:
     assert frame == {}
     teller.tell({"a": 1}, {}, frame)  # type: ignore[arg-type]
     assert frame == {"names_new": ["a"], "names_gone": [], "names_many": False}
+
+
+@pytest.mark.timeout(60)
+async def test_a_server_that_is_down_is_a_known_name_and_its_call_raises_as_it_says(
+    make_runtime: MakeRuntime, made: list[str]
+) -> None:
+    exits_at_once = str(Path(__file__).resolve().parents[1] / "mcp_servers" / "exits_at_once.py")
+    runtime = await make_runtime(
+        tools=catalogue_tools(made),
+        # Named close to a tool, so an unknown name here would be a finding.
+        mcp_config={
+            "mcpServers": {"add_notes": {"command": sys.executable, "args": [exits_at_once]}}
+        },
+        check="refuse",
+    )
+    assert "add_notes" in runtime.mcp_failures
+    result = await runtime.run(
+        "try:\n    await add_notes.anything()\nexcept ToolError as e:\n    print('down')"
+    )
+    assert result.status == "ok" and result.stdout == "down\n", result.text

@@ -360,12 +360,38 @@ async def test_servers_that_cannot_start_are_named_with_why_and_the_others_work(
     assert "not found" in rt.mcp_failures["missing"]
     code = """
 (
-    [name for name in ("broken", "missing") if name in globals() or hasattr(tools, name)],
+    [name for name in ("broken", "missing") if name in globals() and name in dir(tools)],
     await demo.echo(text="up"),
     await web.echo(text="up too"),
 )
 """
-    assert await value_of(rt, code) == ([], "up", "up too")
+    assert await value_of(rt, code) == (["broken", "missing"], "up", "up too")
+
+
+async def test_a_server_that_did_not_start_raises_tool_error_and_every_run_using_it_says_why(
+    rt: Runtime,
+) -> None:
+    message, result = await error_of(rt, "broken.anything(x=1)")
+    assert message.startswith("server 'broken' did not start, so it has no tools: ")
+    assert "missing API key" in message
+    for text in (result.note, result.text):
+        assert "The MCP server 'broken' did not start" in text and "missing API key" in text
+        assert "'missing'" not in text  # not used by this run
+    message, result = await error_of(rt, "tools.missing.search(q='x')")
+    assert "server 'missing' did not start" in message and "not found" in message
+    assert "The MCP server 'missing' did not start" in result.note
+    unrelated = await run(rt, "await demo.echo(text='up')")
+    assert unrelated.status == "ok" and "did not start" not in unrelated.text
+
+
+async def test_the_prompt_names_each_server_that_did_not_start_in_a_comment(rt: Runtime) -> None:
+    for prompt in (rt.prompt(), rt.prompt(matching="echo")):
+        lines = prompt.splitlines()
+        [broken] = [line for line in lines if line.startswith("# `broken` has no tools: ")]
+        assert "'broken' could not start" in broken and "missing API key" in broken
+        [missing] = [line for line in lines if line.startswith("# `missing` has no tools: ")]
+        assert "not found" in missing
+    compiled_prompt(rt)
 
 
 # --- servers that die --------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MakeRuntime, wait_for_file
+from tests.conftest import MakeRuntime, eventually, wait_for_file
 from toolscript import ScriptResult, tool
 
 gate = asyncio.Event()
@@ -98,6 +98,7 @@ async def test_a_background_script_that_crashes_fires_on_done_with_crashed_and_i
     [result] = seen
     assert result.status == "crashed"
     assert "exit code 3" in result.note
+    assert "next run" not in result.note  # its interpreter was its own: nothing runs next
     assert result.calls.made == 2
     fates = {record.args_brief: (record.fate, record.cause) for record in result.calls.records}
     assert fates["x=1"] == ("seen", None)
@@ -190,3 +191,49 @@ async def test_a_background_script_cancelled_at_once_is_answered_cancelled_and_r
     assert result.status == "cancelled", result.text
     assert result.stdout == ""
     assert handle.status() == "cancelled"
+
+
+@pytest.mark.timeout(30)
+async def test_a_running_background_scripts_output_so_far_is_its_last_lines(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    rt = await make_runtime(text_limit=2_000)
+    go = tmp_path / "go"
+    code = (
+        "import os, sys, time\n"
+        "for n in range(1, 2001):\n"
+        "    print(f'line {n}', flush=True)\n"
+        "print('a warning', file=sys.stderr, flush=True)\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+        "print('after the gate')\n"
+    )
+    handle = await rt.shell("main").start(code, time_limit=20)
+    await eventually(lambda: "line 2000" in handle.output(), 15, "the output did not show")
+    output = handle.output()
+    assert handle.status() == "running"
+    assert output.startswith("stderr:\na warning\n\nstdout:\n… ")
+    assert " characters cut …\nline " in output and output.endswith("line 2000")
+    assert "\nline 1\n" not in output and len(output) < 2_100
+    assert handle.output(limit=300).endswith("line 2000") and len(handle.output(limit=300)) < 500
+    go.write_text("go")
+    result = await asyncio.wait_for(handle.result(), 20)
+    assert result.status == "ok", result.text
+    assert handle.output().endswith("after the gate")
+
+
+@pytest.mark.timeout(30)
+async def test_a_cancelled_background_scripts_note_keeps_no_variables(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    rt = await make_runtime()
+    started = tmp_path / "started"
+    code = f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('yes')\ntime.sleep(60)"
+    handle = await rt.shell("main").start(code, time_limit=30)
+    await wait_for_file(started)
+    result = await asyncio.wait_for(handle.cancel(), 20)
+    assert result.status == "cancelled", result.text
+    assert result.note == (
+        "Cancelled by the caller (cancelled by the caller). It was interrupted and stopped "
+        "within the grace period."
+    )
+    assert "kept" not in result.text and "next run" not in result.text

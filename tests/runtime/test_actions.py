@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import eventually
 from toolscript import Runtime
 from toolscript.actions import CANCEL_REASON, Actions, Answer, RunRequest, no_such_tool
 
@@ -174,6 +175,30 @@ async def test_a_background_script_is_started_watched_and_cancelled(
 
     again = await actions.script_status({"script_id": script_id})
     assert again.data == cancelled.data
+
+
+async def test_script_status_of_a_running_script_shows_its_output_so_far(
+    actions: Actions, tmp_path: Path
+) -> None:
+    code = "import sys\nprint('first step done', flush=True)\n" + SLEEPER
+    started = await actions.start(request(actions, code=code, background=True))
+    handle = started.handle
+    assert handle is not None
+    await eventually(lambda: "first step done" in handle.output(), 30, "no output showed")
+    running = await actions.script_status({"script_id": started.script_id})
+    assert running.text.endswith("Its output so far:\n\nstdout:\nfirst step done")
+    assert running.data is not None and running.data["output"] == "stdout:\nfirst step done"
+    await actions.cancel_script({"script_id": started.script_id})
+
+
+async def test_script_status_says_when_a_running_script_has_written_nothing(
+    actions: Actions, tmp_path: Path
+) -> None:
+    started = await sleeping(actions, tmp_path)
+    running = await actions.script_status({"script_id": started.script_id})
+    assert running.text.endswith("It has written nothing yet.")
+    assert running.data is not None and running.data["output"] == ""
+    await actions.cancel_script({"script_id": started.script_id})
 
 
 async def test_on_done_hears_a_background_scripts_end(actions: Actions) -> None:

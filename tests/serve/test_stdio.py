@@ -6,14 +6,21 @@ server, so every call goes client → toolscript → kernel → toolscript → u
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import anyio
+import mcp.types as types
 import pytest
 
 from tests.conftest import wait_for_file
 
 from .conftest import client, notes, run, stdio_server, structured, text
+
+DEMO_PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+"""The PNG the demo server's `image` tool answers with."""
 
 
 @pytest.mark.timeout(45)
@@ -128,6 +135,34 @@ async def test_a_long_run_reports_progress_when_the_client_asks(tmp_path: Path) 
     assert message is not None and "time limit 20 s" in message
 
 
+@pytest.mark.timeout(60)
+async def test_progress_notifications_carry_the_last_lines_of_the_output_so_far(
+    tmp_path: Path,
+) -> None:
+    # The script waits until a progress message has shown its output; then it may end.
+    go = tmp_path / "go"
+    heard: list[str] = []
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append(message or "")
+        if "stdout:\nstep one done" in (message or ""):
+            go.write_text("go")
+
+    code = (
+        "import os, time\n"
+        "print('step one done', flush=True)\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+        "'ended'"
+    )
+    async with client(stdio_server(tmp_path)) as session:
+        result = await session.call_tool(
+            "run_python", {"code": code, "time_limit_s": 40}, progress_callback=progress
+        )
+    assert structured(result)["value"] == "'ended'", text(result)
+    shown = [message for message in heard if "step one done" in message]
+    assert shown and shown[0].endswith("its output so far:\n\nstdout:\nstep one done")
+
+
 @pytest.mark.timeout(45)
 async def test_an_upstream_tool_list_change_is_bound_for_the_next_run_and_announced(
     tmp_path: Path,
@@ -165,3 +200,34 @@ async def test_a_client_that_abandons_a_run_stops_its_script(tmp_path: Path) -> 
         data = structured(after)
         # Had the script not been stopped, this run would have been refused: the shell busy.
         assert (data["status"], data["value"]) == ("ok", "'free'"), text(after)
+
+
+@pytest.mark.timeout(60)
+async def test_images_a_script_shows_reach_the_client_as_image_content(tmp_path: Path) -> None:
+    # One image a tool of the upstream server returned, one matplotlib figure drawn in the
+    # sandboxed interpreter: both come back beside the text, as the client's image blocks.
+    code = (
+        "import matplotlib\n"
+        "matplotlib.use('Agg')\n"
+        "import matplotlib.pyplot as plt\n"
+        "show(await demo.image())\n"
+        "figure, axes = plt.subplots(figsize=(2, 2), dpi=50)\n"
+        "axes.plot([1, 3, 2])\n"
+        "show(figure)\n"
+        "'drawn'"
+    )
+    async with client(stdio_server(tmp_path)) as session:
+        result = await run(session, code)
+    assert structured(result)["value"] == "'drawn'", text(result)
+    first, *images = result.content
+    assert isinstance(first, types.TextContent) and "images: 2 shown" in first.text
+    blocks = [image for image in images if isinstance(image, types.ImageContent)]
+    assert len(blocks) == len(images) == 2
+    assert [block.mime_type for block in blocks] == ["image/png", "image/png"]
+    tool_image, figure = (base64.b64decode(block.data) for block in blocks)
+    assert tool_image == DEMO_PNG
+    assert figure.startswith(b"\x89PNG\r\n\x1a\n") and len(figure) > 1_000
+    assert [image["mime_type"] for image in structured(result)["images"]] == [
+        "image/png",
+        "image/png",
+    ]

@@ -198,6 +198,26 @@ async def test_a_server_that_never_finishes_its_handshake_fails_within_the_start
     assert asyncio.get_running_loop().time() - started < 10
 
 
+@pytest.mark.timeout(30)
+async def test_a_failed_start_quotes_only_its_own_stderr_lines_not_an_earlier_starts(
+    tmp_path: Path,
+) -> None:
+    def failing(word: str) -> dict[str, Any]:
+        script = "import sys; sys.stderr.write(sys.argv[1] + '\\n'); sys.exit(2)"
+        return {"mcpServers": {"flaky": {"command": sys.executable, "args": ["-c", script, word]}}}
+
+    first = await MCPTools.open(failing("first-start-says-this"), tmp_path, startup_timeout=20)
+    await first.aclose()
+    second = await MCPTools.open(failing("second-start-says-this"), tmp_path, startup_timeout=20)
+    await second.aclose()
+    assert "first-start-says-this" in first.failures["flaky"]
+    reason = second.failures["flaky"]
+    assert "second-start-says-this" in reason
+    assert "first-start-says-this" not in reason
+    log = (tmp_path / "flaky.log").read_text()
+    assert "first-start-says-this" in log and "second-start-says-this" in log
+
+
 # --- cancellation -----------------------------------------------------------------------------
 
 

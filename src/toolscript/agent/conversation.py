@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from ..actions import ShownImage
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -74,12 +76,14 @@ class AssistantMessage:
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """The answer to one tool call, as the model will read it."""
+    """The answer to one tool call, as the model will read it, with the images its script
+    showed (each with `mime_type` and `data`), for a model that takes images."""
 
     call_id: str
     name: str
     text: str
     is_error: bool = False
+    images: tuple[ShownImage, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +99,13 @@ class ToolResults:
         return {
             "role": "tool_results",
             "results": [
-                {"call_id": r.call_id, "name": r.name, "text": r.text, "is_error": r.is_error}
+                {
+                    "call_id": r.call_id,
+                    "name": r.name,
+                    "text": r.text,
+                    "is_error": r.is_error,
+                    "images": [{"mime_type": i.mime_type, "size": len(i.data)} for i in r.images],
+                }
                 for r in self.results
             ],
             "notes": list(self.notes),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ..actions import Actions, no_such_tool
@@ -45,9 +46,11 @@ class Agent:
     `model` is `"anthropic:MODEL"` or `"openai:MODEL"`; `base_url` reaches another server of
     that API (any OpenAI-compatible one); `api_key` defaults to the SDK's environment
     variable. `control` bounds every turn; `instructions` are added to the system prompt;
-    `max_tokens` bounds each Anthropic reply; `on_event` hears an `AgentEvent` for each thing
-    that happens (its exceptions are ignored). The provider is built here, so a bad `model`
-    raises a `ValueError` naming it before any request.
+    `max_tokens` bounds each Anthropic reply; `images` sends the images scripts show to the
+    model (False for a model that takes no images: the result's text still lists them);
+    `on_event` hears an `AgentEvent` for each thing that happens (its exceptions are
+    ignored). The provider is built here, so a bad `model` raises a `ValueError` naming it
+    before any request.
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class Agent:
         api_key: str | None = None,
         instructions: str | None = None,
         max_tokens: int = 8192,
+        images: bool = True,
         on_event: Callable[[AgentEvent], None] | None = None,
     ) -> None:
         if not isinstance(control, ExecutionControl):
@@ -68,6 +72,7 @@ class Agent:
         self.runtime = runtime
         self.control = control
         self.instructions = instructions
+        self.images = images
         self.on_event = on_event
         self.provider: Provider = make_provider(
             model,
@@ -273,6 +278,8 @@ class _TurnRun:
             else:
                 results[call.id], stop = await self.end_turn(call)
         self.outbox = [results[call.id] for call in calls]
+        if not self.agent.images:
+            self.outbox = [replace(result, images=()) for result in self.outbox]
         return stop
 
     def not_run(self, call: ToolCall, why: str) -> ToolResult:

@@ -102,7 +102,7 @@ class TurnScripts:
         )
         self.ledger.returned(f"the result of run_python call {call.id} (script {script_id})")
         text = answer.text if note is None else f"({note})\n{answer.text}"
-        return ToolResult(call.id, call.name, text, is_error=answer.is_error)
+        return ToolResult(call.id, call.name, text, is_error=answer.is_error, images=answer.images)
 
     async def look_at_script(
         self, call: ToolCall, args: dict[str, Any]
@@ -127,7 +127,10 @@ class TurnScripts:
                 found.outcome = answer.result
             self._take(found)
         self.ledger.returned(f"the answer to {call.name} call {call.id}")
-        return ToolResult(call.id, call.name, answer.text, is_error=answer.is_error), None
+        result = ToolResult(
+            call.id, call.name, answer.text, is_error=answer.is_error, images=answer.images
+        )
+        return result, None
 
     def collect_background(self) -> list[str]:
         """The results of background scripts that ended since the last look, as notes."""

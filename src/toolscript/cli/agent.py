@@ -130,6 +130,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="The longest time limit of one script, in seconds.",
     )
+    parser.add_argument(
+        "--no-images",
+        dest="images",
+        action="store_false",
+        help="Do not send the images scripts show to the model (for a model without image input).",
+    )
     options.add_json(parser)
     options.add_journal(parser)
     options.add_sandbox(parser)
@@ -199,7 +205,14 @@ def agent_command(args: argparse.Namespace) -> int:
             for server, reason in rt.mcp_failures.items():
                 console.print(f"toolscript: MCP server {server!r} did not start: {reason}")
             try:
-                agent = Agent(model, rt, base_url=base_url, control=control, on_event=progress.hear)
+                agent = Agent(
+                    model,
+                    rt,
+                    base_url=base_url,
+                    control=control,
+                    images=args.images,
+                    on_event=progress.hear,
+                )
             except ValueError as error:
                 raise UsageError(f"--model: {error}") from None
             with Live(progress.status(), console=console, transient=True) as live:

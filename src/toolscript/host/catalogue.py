@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import re
 import types
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..kernel import wire
-from ..tools.binding import plans_for
-from ..tools.prompt import render_prompt
+from ..tools.binding import down_server_spellings, plans_for
+from ..tools.prompt import matching_plans, render_prompt
 from ..tools.spec import SourceGone, ToolFailure, ToolOutcome, ToolSpec
 from ..tools.validation import ArgumentValidator
 
@@ -41,9 +42,20 @@ class Answer:
 
 
 class ToolCatalogue:
-    """Specs by key, with their validators and binding plans."""
+    """Specs by key, with their validators and binding plans, and the servers that are down.
 
-    def __init__(self, specs: Iterable[ToolSpec], default_timeout: float | None) -> None:
+    `down` maps each MCP server that did not start (or whose tools could not be listed) to
+    the reason. Such a server has no plans; inside the script its name is still bound, to an
+    object whose every tool raises `ToolError` with the reason (`down_messages`, sent with the
+    plans), and a run whose code names it says so in its note (`down_notes`).
+    """
+
+    def __init__(
+        self,
+        specs: Iterable[ToolSpec],
+        default_timeout: float | None,
+        down: Mapping[str, str] | None = None,
+    ) -> None:
         every = list(specs)
         self._specs: dict[str, ToolSpec] = {}
         for spec in every:
@@ -55,13 +67,47 @@ class ToolCatalogue:
             key: ArgumentValidator(spec.input_schema, plans.get(key))
             for key, spec in self._specs.items()
         }
+        down = dict(down or {})
+        spellings = down_server_spellings(self.plans, down)
+        self._down = {
+            spellings[name]: (name, why) for name, why in down.items() if name in spellings
+        }
+        self.down_messages: dict[str, str] = {
+            spelling: f"server {name!r} did not start, so it has no tools: {why}"
+            for spelling, (name, why) in self._down.items()
+        }
+        """What a script's use of each down server raises, by the server's spelling."""
+        self._down_names = (
+            re.compile(r"\b(" + "|".join(map(re.escape, self._down)) + r")\b")
+            if self._down
+            else None
+        )
 
     @property
     def specs(self) -> list[ToolSpec]:
         return list(self._specs.values())
 
-    def prompt(self) -> str:
-        return render_prompt(self.plans)
+    def prompt(self, matching: str | None = None) -> str:
+        """The stubs (of the tools `matching` finds, when given), then a comment line for
+        each server that is down."""
+        plans = self.plans if matching is None else matching_plans(self.plans, matching)
+        text = render_prompt(plans)
+        for spelling, (_, why) in self._down.items():
+            line = " ".join(part.strip() for part in why.splitlines() if part.strip())
+            line = line if len(line) <= 300 else line[:299] + "…"
+            text += f"# `{spelling}` has no tools: {line}\n"
+        return text
+
+    def down_notes(self, code: str) -> list[str]:
+        """A note for each down server that `code` names."""
+        if self._down_names is None:
+            return []
+        named = dict.fromkeys(self._down_names.findall(code))
+        return [
+            f"The MCP server {self._down[spelling][0]!r} did not start, so `{spelling}` has "
+            f"no tools: {self._down[spelling][1]}"
+            for spelling in named
+        ]
 
     def check(self, key: str, args: dict[str, Any]) -> str | None:
         """Why a call may not be dispatched, or None when it may."""

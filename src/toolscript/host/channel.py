@@ -18,6 +18,7 @@ from ..kernel import wire
 from . import codec
 from .busypoll import LoopPoll
 from .calls import ProtocolViolation
+from .images import ImageTray
 from .journal import Journal, JournalClosedError
 from .process import InterpreterStartError, KernelProcess, describe_exit
 
@@ -69,6 +70,10 @@ class Channel:
         self._tokens = random.Random(secrets.randbits(128))
         self.fault: str | None = None
         """How the kernel broke the protocol, once it has."""
+        self.images: ImageTray | None = None
+        """The running script's images, once it has shown one."""
+        self.image_bounds = (8, 5_000_000)
+        """`max_images` and `image_limit` of each script's images."""
 
     @property
     def alive(self) -> bool:
@@ -133,6 +138,7 @@ class Channel:
         """A script is sent now; it must end by `deadline` (loop time). Its `done`, to come."""
         self.done = self._loop.create_future()
         self.script = self.last_script = script_id
+        self.images = None
         self._deadline = deadline
         if self._watch is not None:
             self._watch.asked = True  # the script's `exec` asks the kernel to check
@@ -246,6 +252,8 @@ class Channel:
                     self._watch_end(str(message["script"]))
             elif kind == "checked":
                 self._checked(message)
+            elif kind == "image":
+                self._image(message)
             elif kind in self._waiters:
                 waiter = self._waiters[kind]
                 if not waiter.done():
@@ -254,6 +262,13 @@ class Channel:
                 raise ValueError(f"an unexpected frame of kind {str(kind)[:40]!r}")
         if calls:
             self.calls.dispatch(calls)
+
+    def _image(self, message: wire.Message) -> None:
+        if self.script is None or message.get("script") != self.script:
+            return  # shown by code that outlived its script: no result is left to carry it
+        if self.images is None:
+            self.images = ImageTray(*self.image_bounds)
+        self.images.take(message)
 
     # -- what the kernel claims --------------------------------------------------------------
 

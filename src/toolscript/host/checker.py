@@ -67,6 +67,8 @@ class ScriptChecker:
             return CheckOutcome(failure=f"the checker could not be prepared: {error}")
         if not checked.names_tools(code):
             return CheckOutcome()
+        if names is not None:  # a server that is down is bound to an object of its own
+            names = names | frozenset(catalogue.down_messages)
         prepared = checked.prepare(code, names)
         try:
             diagnostics = await server.diagnostics(prepared.source, CHECK_TIMEOUT)

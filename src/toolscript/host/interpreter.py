@@ -21,6 +21,7 @@ from .calls import CallLedger, CallReport
 from .catalogue import ToolCatalogue
 from .channel import CHANNEL_LOST_WAIT, CHECK_DELAY, CHECK_WAIT, Channel
 from .dispatch import Dispatcher
+from .images import ScriptImage
 from .journal import Journal
 from .output import Captured, StreamCapture
 from .process import (
@@ -73,6 +74,10 @@ class Outcome:
     unattributed_bytes: int = 0
     never_started: bool = False
     """The interpreter was gone before the script began (it died between two scripts)."""
+    images: tuple[ScriptImage, ...] = ()
+    """The images the script showed, within their bounds."""
+    images_dropped: str | None = None
+    """What was dropped of the images the script showed, in a sentence."""
 
 
 class Interpreter:
@@ -101,6 +106,7 @@ class Interpreter:
         self._loop = asyncio.get_running_loop()
         self._process = KernelProcess(launch, self._stdout, self._stderr, self._exited)
         self._channel = Channel(self._process, journal, launch.busy, self._loop)
+        self._channel.image_bounds = (launch.max_images, launch.image_limit)
         ledger = CallLedger(f"{secrets.token_hex(4)}-{generation}", shell, journal)
         self._calls = Dispatcher(ledger, catalogue, self._loop)
         self._channel.calls = self._calls
@@ -173,6 +179,12 @@ class Interpreter:
     def closing(self, value: bool) -> None:
         self._process.closing = value
 
+    def output_so_far(self) -> tuple[str, str]:
+        """The running script's stdout and stderr read so far (empty when none runs)."""
+        if not self.busy:
+            return "", ""
+        return self._stdout.so_far(), self._stderr.so_far()
+
     @property
     def ledger(self) -> CallLedger:
         return self._calls.ledger
@@ -203,7 +215,7 @@ class Interpreter:
             await channel.connect(host_end)
             ready = await channel.expect("ready", self.launch.start_timeout)
             self.python_version = str(ready.get("python"))
-            if self.catalogue.plans:
+            if self.catalogue.plans or self.catalogue.down_messages:
                 await self._bind(self.catalogue)
         except InterpreterStartError as error:
             await self.kill()
@@ -239,9 +251,10 @@ class Interpreter:
         await self._bind(catalogue)
 
     async def _bind(self, catalogue: ToolCatalogue) -> None:
-        bound = await self._channel.expect(
-            "bound", self.launch.start_timeout, {"t": "bind", "plans": catalogue.plans}
-        )
+        frame: wire.BindFrame = {"t": "bind", "plans": catalogue.plans}
+        if catalogue.down_messages:
+            frame["down"] = catalogue.down_messages
+        bound = await self._channel.expect("bound", self.launch.start_timeout, frame)
         self._calls.catalogue = catalogue
         self.bind_failures = [(str(item[0]), str(item[1])) for item in bound.get("failures", [])]
         self._learn_names(bound)
@@ -393,6 +406,7 @@ class Interpreter:
         stdout = self._stdout.take()
         stderr = self._stderr.take()
         calls = self.ledger.settle(interpreter_gone=gone)
+        tray = self._channel.images
         self._channel.end_script()
         if stop_reason is None:
             stop_reason = self._stop_reason
@@ -410,6 +424,8 @@ class Interpreter:
             fault=self.fault,
             unattributed_bytes=self._stdout.unattributed_bytes + self._stderr.unattributed_bytes,
             never_started=never_started,
+            images=() if tray is None else tuple(tray.images),
+            images_dropped=None if tray is None else tray.dropped_words(),
         )
 
 

@@ -37,6 +37,17 @@ def cut_middle(text: str, limit: int, unit: str = "characters") -> str:
     return f"{text[:head]}\n… {cut:,} {unit} cut …\n{text[len(text) - tail :]}"
 
 
+def cut_head(text: str, limit: int, unit: str = "characters") -> str:
+    """The last lines of `text` that fit in `limit`, after a stated cut when it is longer."""
+    if len(text) <= limit:
+        return text
+    kept = text[len(text) - max(limit, 1) :]
+    newline = kept.find("\n")
+    if 0 <= newline < len(kept) - 1:
+        kept = kept[newline + 1 :]
+    return f"… {len(text) - len(kept):,} {unit} cut …\n{kept}"
+
+
 @dataclass(frozen=True, slots=True)
 class Captured:
     """What one script wrote to one stream: the kept text and how much was written."""
@@ -136,19 +147,29 @@ class StreamCapture:
         """The current script's output so far; capturing stops."""
         self._settle_window()
         self._capturing = False
-        head = bytes(self._head)
-        tail = bytes(self._tail[-self._half :])
-        kept = len(head) + len(tail)
-        cut = self._total - kept
-        if cut:
-            text = _decode(head) + f"\n… {cut:,} bytes of output cut …\n" + _decode(tail)
-        else:
-            text = _decode(head + tail)
-        captured = Captured(text=text, total_bytes=self._total, cut_bytes=cut)
+        captured = self._held()
         self._head = bytearray()
         self._tail = bytearray()
         self._total = 0
         return captured
+
+    def so_far(self) -> str:
+        """The current script's output read so far, as `take` would give it; capturing goes
+        on. Of the last bytes, held back while they could begin a marker, those before a NUL
+        (where a marker would begin) are shown."""
+        window = self._window if self._capturing and not self._waiting else b""
+        nul = window.find(b"\x00")
+        return self._held(window if nul < 0 else window[:nul]).text
+
+    def _held(self, more: bytes = b"") -> Captured:
+        head = bytes(self._head)
+        tail = bytes(self._tail[-self._half :])
+        cut = self._total - len(head) - len(tail)
+        if cut:
+            text = _decode(head) + f"\n… {cut:,} bytes of output cut …\n" + _decode(tail + more)
+        else:
+            text = _decode(head + tail + more)
+        return Captured(text=text, total_bytes=self._total, cut_bytes=cut)
 
     def _settle_window(self) -> None:
         """What was held back as a possible marker's start is the script's after all (or

@@ -57,6 +57,8 @@ class Launch:
     limits: dict[str, int | None] = field(default_factory=dict)
     start_timeout: float = 20.0
     output_limit: int = 1_000_000
+    max_images: int = 8
+    image_limit: int = 5_000_000
     template: Template | None = None
     preload: tuple[str, ...] = ()
     busy: LoopPoll | None = None

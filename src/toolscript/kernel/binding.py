@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
+from .calls import ToolError
+
 Invoke = Callable[[str, dict[str, Any], "float | None"], Awaitable[Any]]
 
 _ANNOTATION_NAMES: dict[str, Any] = {
@@ -95,8 +97,32 @@ class ServerTools(types.ModuleType):
         raise AttributeError(message)
 
 
-def bind(plans: list[dict[str, Any]], invoke: Invoke) -> Bound:
-    """Build every tool of `plans`. Never raises; what cannot be built is in `failures`."""
+class DownServer(types.ModuleType):
+    """An MCP server that did not start, under its name: using any tool of it raises
+    `ToolError` with the reason, where a missing name would raise a bare `NameError`."""
+
+    def __init__(self, spelling: str, message: str) -> None:
+        super().__init__(f"tools.{spelling}", message)
+        self._message = message
+
+    def __repr__(self) -> str:
+        return f"<server that did not start: {self._message.partition(chr(10))[0]}>"
+
+    def __dir__(self) -> list[str]:
+        return []
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise ToolError(self._message)
+
+
+def bind(
+    plans: list[dict[str, Any]], invoke: Invoke, down: Mapping[str, str] | None = None
+) -> Bound:
+    """Build every tool of `plans`, and a `DownServer` under each name of `down` (a server
+    that did not start, with the message its use raises). Never raises; what cannot be built
+    is in `failures`."""
     bound = Bound()
     qualnames: set[str] = set()
     annotations: dict[str, Any] = {}
@@ -115,6 +141,13 @@ def bind(plans: list[dict[str, Any]], invoke: Invoke) -> Bound:
         except Exception as error:
             bound.failures.append((key, f"its plan could not be built: {error!r}"))
     bound.qualnames = frozenset(qualnames)
+    for spelling, message in (down or {}).items():
+        if (
+            isinstance(spelling, str)
+            and spelling.isidentifier()
+            and spelling not in bound.top_level
+        ):
+            bound.top_level[spelling] = DownServer(spelling, str(message))
     return bound
 
 

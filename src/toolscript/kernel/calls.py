@@ -52,6 +52,7 @@ ToolError.__module__ = ToolTimeout.__module__ = "tools"
 class _Call:
     __slots__ = (
         "arrived",
+        "by_stop",
         "deadline",
         "future",
         "held_by_task",
@@ -69,6 +70,7 @@ class _Call:
         self.timed_out = False
         self.held_by_task = False
         self.stopped = False
+        self.by_stop = False
         self.deadline: float | None = None
 
 
@@ -135,14 +137,12 @@ class CallTable:
         loop: asyncio.AbstractEventLoop,
         post: Callable[[bytes], None],
         script_id: Callable[[], str | None],
-        stopping: Callable[[], bool],
     ) -> None:
         global _table
         _table = self
         self._loop = loop
         self._post = post
         self._script_id = script_id
-        self._stopping = stopping
         self._numbers = itertools.count(1)
         self._numbering = threading.Lock()
         self._waiting: dict[int, _Call] = {}
@@ -248,7 +248,7 @@ class CallTable:
                     f"{key} did not answer within the {timeout:g} s you asked for. The call "
                     "was sent, so it may still take effect: check before you repeat it."
                 ) from None
-            self._unwaited(call, "stopped" if self._stopping() else "cancelled")
+            self._unwaited(call, "stopped" if call.by_stop else "cancelled")
             raise
         finally:
             if timer is not None:
@@ -353,6 +353,19 @@ class CallTable:
             self._acks = []
             self._seen = []
             self._post(frame)
+
+    # Goal: a call's cause names who made its code stop waiting. What fails: asking, when the
+    # code stops waiting, whether a stop is under way: the script's own `wait_for` or
+    # `task.cancel()` may have cancelled the call just before the stop reached the script,
+    # its code resuming only after, and the call would read `stopped` though the script had
+    # given up on it itself. What we do: the stop marks the calls still waiting at the moment
+    # it reaches the script (the task cancelled, or `KeyboardInterrupt` raised); a call whose
+    # wait was cancelled before that keeps the script's cause.
+    def stop_reaches_script(self) -> None:
+        """A stop reaches the script now: calls its code still waits for are stopped by it."""
+        for call in list(self._waiting.values()):
+            if call.loop is self._loop and not call.future.cancelled():
+                call.by_stop = True
 
     def cancel_waiting(self) -> None:
         """Wake every call still waiting on another thread's loop after a stop.

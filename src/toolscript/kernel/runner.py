@@ -32,6 +32,7 @@ from .cells import VALUE_NAME, Cell, compile_cell, ending, format_compile_error,
 from .descriptors import BROKEN_EXIT, OwnDescriptors
 from .loop import KernelLoop, WatchedSelector, forbid_asyncio_run, moved_socket, task_factory
 from .names import NameTeller
+from .show import make_show
 from .stop import end_what_it_started, in_internal_code, nothing_left_running
 from .streams import ScriptOutput
 from .wire import BATCH, ChannelReader, FrameError, FrameReader, encode
@@ -85,7 +86,8 @@ class Kernel:
             "ToolError": ToolError,
             "ToolTimeout": ToolTimeout,
         }
-        self.calls = CallTable(self.loop, self.post, self._current_script_id, self._stopping)
+        self.calls = CallTable(self.loop, self.post, self._current_script_id)
+        self.namespace["show"] = make_show(self.post, self._current_script_id)
         self._bound: dict[str, Any] = {}
         self._names = NameTeller()
         self._tools_module = types.ModuleType("tools", "The tools bound into this interpreter.")
@@ -166,7 +168,7 @@ class Kernel:
             elif kind == "check":
                 self._answer_check(message.get("token"))
             elif kind == "bind":
-                self._bind(message.get("plans", []))
+                self._bind(message.get("plans", []), message.get("down", {}))
             elif kind == "setup":
                 self._setup(message)
             elif kind == "shutdown":
@@ -178,10 +180,6 @@ class Kernel:
     def _current_script_id(self) -> str | None:
         script = self._script
         return None if script is None or script.finished else script.id
-
-    def _stopping(self) -> bool:
-        script = self._script
-        return script is not None and script.stop_reason is not None
 
     def _answer_check(self, token: object) -> str | None:
         """Tell the host whether a script's code is still running, answering its `token`;
@@ -292,6 +290,7 @@ class Kernel:
         self._finish(script, report)
 
     def _cancel_script(self) -> None:
+        self.calls.stop_reaches_script()
         script = self._script
         if script is not None and script.task is not None and not script.task.done():
             script.task.cancel()
@@ -391,14 +390,15 @@ class Kernel:
         if in_internal_code(frame):
             self.loop.call_soon(self._cancel_script)
             return
+        self.calls.stop_reaches_script()
         raise KeyboardInterrupt
 
     # -- tools -------------------------------------------------------------------------------
 
-    def _bind(self, plans: list[dict[str, Any]]) -> None:
+    def _bind(self, plans: list[dict[str, Any]], down: dict[str, str]) -> None:
         from .binding import bind
 
-        bound = bind(plans, self.calls.invoke)
+        bound = bind(plans, self.calls.invoke, down)
         for name in self._bound.keys() - bound.top_level.keys():
             # A tool the catalogue no longer has: its name goes, unless the script reused it.
             if getattr(self._tools_module, name, None) is self.namespace.get(name):

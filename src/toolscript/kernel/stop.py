@@ -60,6 +60,7 @@ async def end_what_it_started(
     """
     current = asyncio.current_task()
     others = [task for task in asyncio.all_tasks(loop) if task is not current]
+    calls.stop_reaches_script()
     for task in others:
         task.cancel()
     calls.cancel_waiting()

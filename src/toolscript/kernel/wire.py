@@ -116,10 +116,13 @@ if TYPE_CHECKING:
         token: str
 
     class BindFrame(TypedDict):
-        """Bind these tools (binding plans, made by `toolscript.tools.binding`)."""
+        """Bind these tools (binding plans, made by `toolscript.tools.binding`), and under
+        each name of `down` a server that did not start, whose use raises `ToolError` with
+        the message."""
 
         t: Literal["bind"]
         plans: list[dict[str, Any]]
+        down: NotRequired[dict[str, str]]
 
     class SetupFrame(TypedDict):
         """Work in `cwd`; in the sandbox, `folder` is the shell's folder for the init to mount."""
@@ -192,6 +195,14 @@ if TYPE_CHECKING:
         token: object
         running: str | None
 
+    class ImageFrame(TypedDict):
+        """An image the running script showed (`show(...)`): its type and base64 data."""
+
+        t: Literal["image"]
+        script: str | None
+        mime_type: str
+        data: str
+
     class DoneFrame(NameChanges, total=False):
         """How a script ended. The host's own words on an end (`killed`, `crashed`, `fault`)
         have the same shape, with only `status`."""
@@ -222,7 +233,14 @@ if TYPE_CHECKING:
         ExecFrame | AnswerFrame | CheckFrame | BindFrame | SetupFrame | ShutdownFrame
     )
     KernelFrame: TypeAlias = (
-        ReadyFrame | BoundFrame | SetFrame | CallFrame | AckFrame | CheckedFrame | DoneFrame
+        ReadyFrame
+        | BoundFrame
+        | SetFrame
+        | CallFrame
+        | AckFrame
+        | CheckedFrame
+        | ImageFrame
+        | DoneFrame
     )
     Frame: TypeAlias = HostFrame | KernelFrame
 

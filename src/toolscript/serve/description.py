@@ -44,19 +44,22 @@ How the code runs:
   `timeout=` seconds; when that passes it raises `ToolTimeout`, but the call was sent and
   may still take effect. The same holds for a call still waiting when the script is
   stopped: retrying such a call may do it twice, so check its effect first.
+- `show(obj)` puts an image in the answer, for you to see: PNG or JPEG bytes, a PIL image,
+  a matplotlib figure, or the image a tool returned.
 - time_limit_s (default {default:g} s, at most {most:g} s): the script is interrupted when it
   passes, then killed if it does not stop.
 - background=true starts the script in an interpreter of its own (it does not see this
   session's variables) and returns at once with its script_id; you are notified when it
-  ends. Ask for its result with script_status(script_id) and stop it with
-  cancel_script(script_id). Results are kept {keep_minutes:g} minutes after the end.
+  ends. script_status(script_id) shows its output so far while it runs, and its result
+  once it ended; cancel_script(script_id) stops it. Results are kept {keep_minutes:g} minutes after the end.
 
 What comes back: the first line gives the exit code and how the script ended (ok, error,
 time_limit, cancelled, crashed, refused); then the runner's notes (read them: they say when
 state was lost or what to do next); then every tool call whose answer the script did not
 see, with its fate (a call with no answer "may still take effect"); then stderr, stdout
-(long output is cut in the middle, and the cut is stated) and the last expression's value.
-The structured content holds the same facts as fields."""
+(long output is cut in the middle, and the cut is stated) and the last expression's value;
+the images the script showed follow as image content. The structured content holds the
+same facts as fields."""
 
 
 def catalogue_is_large(runtime: Runtime) -> bool:

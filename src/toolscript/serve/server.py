@@ -27,6 +27,7 @@ A client that insists on the stateless protocol over HTTP is served from one sha
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import logging
@@ -78,6 +79,9 @@ HTTP_SHUTDOWN_DRAIN = 1
 
 ABANDONED_STOP_MARGIN = 2.0
 """Seconds beyond the runtime's grace period a run waits for an abandoned run to be stopped."""
+
+PROGRESS_OUTPUT = 4_000
+"""Characters of a running script's output (its last lines) a progress notification carries."""
 
 Transport = Literal["stdio", "http"]
 
@@ -416,12 +420,11 @@ class ToolscriptServer:
                 if done:
                     return task.result()
                 elapsed = time.monotonic() - started
+                message = f"the script has run for {elapsed:.0f} s (time limit {total:g} s)"
+                output = session.actions.output(PROGRESS_OUTPUT)
+                message += f"; its output so far:\n\n{output}" if output else "; no output yet"
                 with contextlib.suppress(Exception):  # best effort: the client may be gone
-                    await ctx.session.report_progress(
-                        round(elapsed, 1),
-                        total,
-                        f"the script has run for {elapsed:.0f} s (time limit {total:g} s)",
-                    )
+                    await ctx.session.report_progress(round(elapsed, 1), total, message)
                 wait = self.progress_every
         finally:
             if not task.done():
@@ -508,8 +511,12 @@ def _connection_of(ctx: ServerRequestContext[Any]) -> Connection | None:
 
 
 def _content(answer: Answer) -> types.CallToolResult:
+    content: list[types.ContentBlock] = [types.TextContent(text=answer.text)]
+    for image in answer.images:
+        data = base64.b64encode(image.data).decode("ascii")
+        content.append(types.ImageContent(data=data, mime_type=image.mime_type))
     return types.CallToolResult(
-        content=[types.TextContent(text=answer.text)],
+        content=content,
         structured_content=answer.data,
         is_error=answer.is_error,
     )

@@ -77,7 +77,7 @@ ANNOTATION_NAMES = frozenset(
 )
 """Names the rendered annotations use; a tool spelled like one would shadow it in the stubs."""
 
-RESERVED_TOP_LEVEL = ANNOTATION_NAMES | {"tools", "ToolError", "ToolTimeout"}
+RESERVED_TOP_LEVEL = ANNOTATION_NAMES | {"tools", "ToolError", "ToolTimeout", "show"}
 """Names a top-level tool or server may not take: the stubs and the kernel use them."""
 
 STANDARD_LIBRARY = frozenset(sys.stdlib_module_names)
@@ -118,6 +118,20 @@ def plans_for(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
             why = str(error) if isinstance(error, _Unplannable) else f"planning failed: {error!r}"
             plans.append(_failed_plan(spec, why, namespace))
     return plans
+
+
+def down_server_spellings(
+    plans: Iterable[dict[str, Any]], servers: Iterable[str]
+) -> dict[str, str]:
+    """How a script names each of `servers` that has no tools (it did not start), by server:
+    spelled as any server is, never taking a name `plans` bind at top level."""
+    taken = {
+        str(plan["namespace"] if plan.get("namespace") is not None else plan.get("function"))
+        for plan in plans
+    }
+    names = list(servers)
+    spellings = spell_all(names, CLASHING_TOP_LEVEL, taken)
+    return {name: spelling for name, spelling in zip(names, spellings, strict=True) if spelling}
 
 
 def plan_for(spec: ToolSpec) -> dict[str, Any]:

@@ -249,3 +249,17 @@ def _message(error: BaseException, with_type: bool = True) -> str:
     if not with_type:
         return text or kind
     return f"{kind}: {text}" if text else kind
+
+
+def as_spec(item: Any) -> ToolSpec:
+    """The `ToolSpec` of a tool given to a runtime: a `ToolSpec`, a `@tool`, or a function."""
+    if isinstance(item, ToolSpec):
+        return item
+    spec = getattr(item, "spec", None)
+    if isinstance(spec, ToolSpec):
+        return spec
+    if callable(item):
+        made_spec = tool(item).spec
+        assert isinstance(made_spec, ToolSpec)
+        return made_spec
+    raise TypeError(f"tools: {item!r} is not a tool, a ToolSpec or a function")

@@ -9,6 +9,7 @@ treat any non-API exception while iterating as a broken stream.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -22,6 +23,7 @@ from ..conversation import (
     ModelReply,
     StreamProgress,
     ToolCall,
+    ToolResult,
     ToolResults,
     UserText,
 )
@@ -75,13 +77,31 @@ def _results_content(message: ToolResults) -> list[dict[str, Any]]:
         {
             "type": "tool_result",
             "tool_use_id": result.call_id,
-            "content": result.text,
+            "content": _result_blocks(result) if result.images else result.text,
             "is_error": result.is_error,
         }
         for result in message.results
     ]
     content.extend({"type": "text", "text": note} for note in message.notes)
     return content
+
+
+def _result_blocks(result: ToolResult) -> list[dict[str, Any]]:
+    """A result's text, then the images its script showed, as a tool result's blocks."""
+    return [
+        {"type": "text", "text": result.text},
+        *(
+            {
+                "type": "image",
+                "source": {
+                    "type": "base64",
+                    "media_type": image.mime_type,
+                    "data": base64.b64encode(image.data).decode("ascii"),
+                },
+            }
+            for image in result.images
+        ),
+    ]
 
 
 def wire_tools(tools: Sequence[ActionTool]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ and a body may end without it), and wraps a connection that breaks mid-body as
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from ..conversation import (
     ModelReply,
     StreamProgress,
     ToolCall,
+    ToolResults,
     UserText,
 )
 from . import (
@@ -73,9 +75,27 @@ def wire_messages(system: str, history: Sequence[Message]) -> list[dict[str, Any
                 {"role": "tool", "tool_call_id": result.call_id, "content": result.text}
                 for result in message.results
             )
+            shown = _images_message(message)
+            if shown is not None:
+                messages.append(shown)
             if message.notes:
                 messages.append({"role": "user", "content": "\n\n".join(message.notes)})
     return messages
+
+
+def _images_message(message: ToolResults) -> dict[str, Any] | None:
+    """The images the step's scripts showed, as a user message (a tool message holds text
+    only), each after a line naming its call; None when there are none."""
+    parts: list[dict[str, Any]] = []
+    for result in message.results:
+        if not result.images:
+            continue
+        parts.append({"type": "text", "text": f"The images shown by tool call {result.call_id}:"})
+        for image in result.images:
+            data = base64.b64encode(image.data).decode("ascii")
+            url = f"data:{image.mime_type};base64,{data}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    return {"role": "user", "content": parts} if parts else None
 
 
 def wire_tools(tools: Sequence[ActionTool]) -> list[dict[str, Any]]:

@@ -201,6 +201,7 @@ class MCPServer:
     async def _connect(self) -> Connection:
         """Start a session and list the tools, bounded by `startup_timeout`; `ToolFailure` if not."""
         self._log.write(f"starting {_describe(self.config)}")
+        self._log.begin_start()
         connection = Connection(
             self.name, transport(self.config, self._log.open), self._on_notification
         )
@@ -265,7 +266,8 @@ class MCPServer:
 class ServerLog:
     """A server's log file: its stderr, with toolscript's own lines marked `--- toolscript`.
 
-    Opened on the first line, appended to, never reopened once closed.
+    Opened on the first line, appended to (across starts, and across runtimes that share the
+    state directory), never reopened once closed. `tail` quotes only the current start.
     """
 
     def __init__(self, path: Path, server: str) -> None:
@@ -273,6 +275,7 @@ class ServerLog:
         self.server = server
         self._file: TextIO | None = None
         self._closed = False
+        self._start = 0
 
     def open(self) -> TextIO:
         """The open file, opened for appending if it is not yet; a stdio server's stderr."""
@@ -292,13 +295,23 @@ class ServerLog:
         except OSError:
             logger.warning("cannot write the log of MCP server %r", self.server, exc_info=True)
 
-    def tail(self, lines: int = 5, limit: int = 600) -> str:
-        """The server's last stderr lines, as the end of a sentence that names the failure."""
+    def begin_start(self) -> None:
+        """The server starts now: what it writes from here on is the current start's."""
         try:
-            with open(self.path, encoding="utf-8", errors="replace") as log:
-                own = [line.rstrip() for line in log if not line.startswith("--- toolscript")]
+            self._start = self.open().tell()
+        except OSError:
+            self._start = 0
+
+    def tail(self, lines: int = 5, limit: int = 600) -> str:
+        """The current start's last stderr lines, as the end of a sentence that names the
+        failure."""
+        try:
+            with open(self.path, "rb") as log:
+                log.seek(self._start)
+                text = log.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
+        own = [line.rstrip() for line in text.splitlines() if not line.startswith("--- toolscript")]
         tail = "\n".join(line for line in own[-lines:] if line)[-limit:]
         return f". Its last stderr lines:\n{tail}" if tail else f". See {str(self.path)!r}."
 
