@@ -13,11 +13,11 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .host.interpreter import Interpreter, InterpreterStartError
 from .host.pool import CapReached
-from .results import ScriptResult, render_output, result_from
+from .results import ScriptResult, check_words, render_output, result_from
 
 if TYPE_CHECKING:
     from .shell import ShellServices
@@ -26,8 +26,35 @@ __all__ = ["ScriptHandle"]
 
 _log = logging.getLogger(__name__)
 
-Refuse = Callable[[str, str, "float | None"], ScriptResult]
-"""Journal a script that never ran and make its result: `(script_id, reason, time_limit)`."""
+
+class Refuse(Protocol):
+    """Journal a script that never ran and make its result."""
+
+    def __call__(
+        self, script_id: str, reason: str, time_limit: float | None, note: str | None = None
+    ) -> ScriptResult:
+        """The result's note is `note`, else "Nothing ran: <reason>."."""
+        ...
+
+
+async def check_before_running(
+    services: ShellServices, code: str, interpreter: Interpreter
+) -> tuple[str | None, list[str]]:
+    """The check before running, as `services.settings.check` asks: the note refusing the
+    script (None: it may run), and the notes to put first in its result."""
+    mode = services.settings.check
+    if mode == "off":
+        return None, []
+    checked = await services.checker.check(
+        services.catalogue(), code, interpreter.script_names, interpreter.python_version
+    )
+    if checked.findings and mode == "refuse":
+        return check_words(checked.findings, refused=True), []
+    if checked.findings:
+        return None, [check_words(checked.findings, refused=False)]
+    if checked.failure is not None:
+        return None, [f"The check before running could not run: {checked.failure}."]
+    return None, []
 
 
 class ScriptHandle:
@@ -197,6 +224,10 @@ class BackgroundScripts:
                 result = refuse(script_id, f"no interpreter could be had: {error.reason}", limit)
                 return
             handle._interpreter = interpreter
+            refusal, notes = await check_before_running(services, code, interpreter)
+            if refusal is not None:
+                result = refuse(script_id, "", limit, note=refusal)
+                return
             services.log_dir.mkdir(parents=True, exist_ok=True)
             log_path = services.log_dir / f"{script_id.replace(':', '_').replace('/', '_')}.log"
             log = open(log_path, "wb")  # noqa: SIM115 - closed in finally
@@ -211,6 +242,7 @@ class BackgroundScripts:
                 settings,
                 limit,
                 [
+                    *notes,
                     *services.unconfined_words(interpreter),
                     *interpreter.catalogue.down_notes(code),
                 ],

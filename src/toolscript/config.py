@@ -17,6 +17,7 @@ from .host.busypoll import DEFAULT_WINDOW
 from .host.environment import resolve_limits
 from .host.sandbox import Mount, parse_mounts
 from .results import TEXT_LIMIT
+from .tools.check import CHECK_MODES
 
 __all__ = ["Settings"]
 
@@ -80,6 +81,8 @@ class Settings:
     """More of the host shown in the sandbox: `{host_path: "ro" | "rw" | "/path" | "/path:rw"}`."""
     workdir: str | Path | None = None
     """A host folder every shell works in, read-write; None: a private folder per shell."""
+    check: str = "warn"
+    """The check before running: "warn" (findings first in the text), "refuse" or "off"."""
     _mounts: tuple[Mount, ...] = field(init=False, repr=False, compare=False)
     # `mounts` checked and resolved once, when the settings are made (as the runtime did).
 
@@ -114,6 +117,8 @@ class Settings:
                 raise ValueError(f"{knob} must be a whole number, at least {least}")
         if self.sandbox not in ("auto", "required", "off"):
             raise ValueError(f"sandbox must be 'auto', 'required' or 'off', not {self.sandbox!r}")
+        if self.check not in CHECK_MODES:
+            raise ValueError(f"check must be 'refuse', 'warn' or 'off', not {self.check!r}")
         if not isinstance(self.network, bool):
             raise ValueError("network must be True or False")
         mounts = tuple(parse_mounts(self.mounts))

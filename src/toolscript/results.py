@@ -11,7 +11,7 @@ fresh interpreter cannot drift apart. The host hands over plain data (an `Outcom
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -366,6 +366,20 @@ def _answer_words(record: CallRecord) -> str:
         return ""
     kind = "an error" if record.is_error else "the answer"
     return f"; {kind} began: {record.answer_brief}"
+
+
+def check_words(findings: Sequence[object], *, refused: bool) -> str:
+    """The note on what the check before running found: one finding a line."""
+    count = f"{len(findings)} problem{'s' if len(findings) != 1 else ''}"
+    if refused:
+        head = (
+            f"Nothing ran: the check before running found {count} in this script, "
+            f"so none of its tool calls were made. Fix {'it' if len(findings) == 1 else 'them'} "
+            "and run it again:"
+        )
+    else:
+        head = f"The check before running found {count} (the script ran anyway):"
+    return "\n".join([head, *(str(finding) for finding in findings)])
 
 
 def result_from(

@@ -24,6 +24,7 @@ from .config import Knob, Settings
 from .host import busypoll, headstart
 from .host.busypoll import LoopPoll
 from .host.catalogue import ToolCatalogue
+from .host.checker import ScriptChecker
 from .host.environment import interpreter_environment, scrubbed_environment
 from .host.interpreter import Interpreter, Launch
 from .host.journal import Journal, state_dir
@@ -92,6 +93,7 @@ class Runtime:
         network: bool = _DEFAULT.network,
         mounts: Mapping[str | Path, str] | None = None,
         workdir: str | Path | None = None,
+        check: str = _DEFAULT.check,
     ) -> None:
         self.settings = Settings(
             python=python or sys.executable,
@@ -121,6 +123,7 @@ class Runtime:
             network=network,
             mounts=mounts or {},
             workdir=workdir,
+            check=check,
         )
         """The knobs this runtime was made with."""
         self._tool_specs = [as_spec(item) for item in tools]
@@ -133,6 +136,7 @@ class Runtime:
         self._pool: InterpreterPool | None = None
         self._background = BackgroundScripts()
         self._services: ShellServices | None = None
+        self._checker: ScriptChecker | None = None
         self._catalogue_listeners: list[Callable[[], Any]] = []
         self._journal: Journal | None = None
         self._catalogue: ToolCatalogue | None = None
@@ -168,6 +172,7 @@ class Runtime:
     network = Knob[bool]()
     state_dir = Knob["Path | None"]()
     workdir = Knob["Path | None"]()
+    check = Knob[str]()
 
     @property
     def sandbox_mode(self) -> str:
@@ -227,6 +232,7 @@ class Runtime:
             self.queue_timeout,
             before_fill=self._template_start,
         )
+        self._checker = ScriptChecker(base / "check")
         self._services = ShellServices(
             settings=self.settings,
             pool=self._pool,
@@ -238,6 +244,7 @@ class Runtime:
             unconfined_words=self._unconfined_words,
             check_open=self._check_open,
             is_closed=lambda: self._closed,
+            checker=self._checker,
         )
         self._started = True
         self._pool.fill()
@@ -369,6 +376,8 @@ class Runtime:
         await self._close_services()
 
     async def _close_services(self) -> None:
+        if self._checker is not None:
+            await self._checker.close()
         head, self._head_start = self._head_start, None
         if head is not None:  # claimed, but no interpreter was started
             head.abandon()

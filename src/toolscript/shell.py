@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .background import BackgroundScripts, ScriptHandle
+from .background import BackgroundScripts, ScriptHandle, check_before_running
 from .config import Settings, positive_seconds
 from .host.catalogue import ToolCatalogue
+from .host.checker import ScriptChecker
 from .host.interpreter import (
     OUTPUT_END_WAIT,
     SHUTDOWN_WAIT,
@@ -64,6 +65,8 @@ class ShellServices:
     """Raise `RuntimeClosedError` unless the runtime is started and not closed."""
     is_closed: Callable[[], bool]
     """Whether the runtime was closed."""
+    checker: ScriptChecker
+    """The check before running, against the catalogue's stubs."""
 
 
 class Shell:
@@ -230,6 +233,10 @@ class Shell:
         notes.extend(services.unconfined_words(interpreter))
         for key, why in interpreter.bind_failures:
             notes.append(f"The tool {key} could not be bound and is missing: {why}")
+        refusal, check_notes = await check_before_running(services, code, interpreter)
+        if refusal is not None:
+            return self._refused(script_id, "", limit, note=refusal)
+        notes[:0] = check_notes
         notes.extend(interpreter.catalogue.down_notes(code))
         journal.begin_script(script_id, self.name, interpreter.generation, code, time.time())
         started = time.monotonic()
@@ -339,14 +346,17 @@ class Shell:
         journal.mark_told(call.call_id for call in calls)
         return [uncertain_words(calls)]
 
-    def _refused(self, script_id: str, reason: str, time_limit: float | None) -> ScriptResult:
+    def _refused(
+        self, script_id: str, reason: str, time_limit: float | None, note: str | None = None
+    ) -> ScriptResult:
+        """A result for a script that never ran: `note`, else "Nothing ran: <reason>."."""
         self._services.check_open()
         journal = self._services.journal
         journal.begin_script(script_id, self.name, self.generation, "", time.time())
         journal.end_script(script_id, "refused", time.time())
         return ScriptResult(
             status="refused",
-            note=f"Nothing ran: {reason}.",
+            note=note or f"Nothing ran: {reason}.",
             generation=self.generation,
             script_id=script_id,
             shell=self.name,

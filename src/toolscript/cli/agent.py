@@ -139,6 +139,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     options.add_json(parser)
     options.add_journal(parser)
     options.add_sandbox(parser)
+    options.add_check(parser)
     parser.set_defaults(run=agent_command)
 
 
@@ -179,7 +180,7 @@ def agent_command(args: argparse.Namespace) -> int:
 
     model, base_url, as_json, journal = args.model, args.base_url, args.as_json, args.journal
     check_provider(model, base_url)
-    knobs = options.sandbox_knobs(args)
+    knobs = options.sandbox_knobs(args) | {"check": args.check}
     mcp_config = options.mcp_config(args.mcp_config)
 
     from ..agent import Agent, ExecutionControl, InvalidControl

@@ -23,6 +23,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     options.add_json(parser)
     options.add_journal(parser)
     options.add_sandbox(parser)
+    options.add_check(parser)
     parser.add_argument(
         "--cwd",
         metavar="FOLDER",
@@ -48,7 +49,7 @@ def exec_command(args: argparse.Namespace) -> int:
     if args.cwd is not None and not Path(args.cwd).is_dir():
         raise UsageError(f"--cwd: {args.cwd} is not a folder")
     workdir = None if args.no_cwd else Path(args.cwd or Path.cwd())
-    knobs = options.sandbox_knobs(args)
+    knobs = options.sandbox_knobs(args) | {"check": args.check}
     if args.sandbox != "off":
         # First, so that the interpreter starts while the rest is read and imported.
         _head_start(knobs["mounts"], workdir, args.network)

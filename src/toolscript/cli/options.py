@@ -112,6 +112,19 @@ def add_sandbox(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_check(parser: argparse.ArgumentParser) -> None:
+    """`--check warn|refuse|off`."""
+    parser.add_argument(
+        "--check",
+        choices=("warn", "refuse", "off"),
+        default="warn",
+        metavar="warn|refuse|off",
+        help="Check each script against the tools' stubs before it runs. warn: run it, the "
+        "findings first in what it prints; refuse: run nothing when the check finds a "
+        "problem; off: no check.",
+    )
+
+
 def load_tools(references: list[str] | None) -> list[Any]:
     """Import each `MODULE:ATTR` of `--tools` (one tool or a list of them)."""
     if not references:

@@ -104,6 +104,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     options.add_journal(parser)
     options.add_sandbox(parser)
+    options.add_check(parser)
     parser.set_defaults(run=serve_command)
 
 
@@ -115,7 +116,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from ..serve.auth import TokenFileError, load_or_create_token
     from ..serve.hosts import HostCheck
 
-    knobs = options.sandbox_knobs(args)
+    knobs = options.sandbox_knobs(args) | {"check": args.check}
     mcp_config = options.mcp_config(args.mcp_config)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="toolscript: %(message)s")
     specs = options.load_tools(args.tools)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import secrets
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ..kernel import wire
 from ..kernel.descriptors import BROKEN_EXIT
@@ -95,6 +96,8 @@ class Interpreter:
         self.shell = shell
         self._journal = journal
         self.bind_failures: list[tuple[str, str]] = []
+        self._names: set[str] = set()
+        self._names_many = False
         self.python_version: str | None = None
         self._stdout = StreamCapture(launch.output_limit)
         self._stderr = StreamCapture(launch.output_limit)
@@ -124,6 +127,25 @@ class Interpreter:
     @property
     def alive(self) -> bool:
         return self._channel.alive
+
+    @property
+    def script_names(self) -> frozenset[str] | None:
+        """The global names the kernel says its namespace holds beyond the bound tools (the
+        kernel's own, and what earlier scripts defined); None when too many to tell."""
+        return None if self._names_many else frozenset(self._names)
+
+    def _learn_names(self, frame: Mapping[str, Any]) -> None:
+        many = frame.get("names_many")
+        new, gone = frame.get("names_new", []), frame.get("names_gone", [])
+        if many is True or not _all_text(new) or not _all_text(gone):
+            # Too many, or a claim that does not parse: every name may be defined.
+            self._names_many = True
+            self._names.clear()
+            return
+        if many is False:
+            self._names_many = False
+        self._names.difference_update(gone)
+        self._names.update(new)
 
     @property
     def busy(self) -> bool:
@@ -235,6 +257,7 @@ class Interpreter:
         bound = await self._channel.expect("bound", self.launch.start_timeout, frame)
         self._calls.catalogue = catalogue
         self.bind_failures = [(str(item[0]), str(item[1])) for item in bound.get("failures", [])]
+        self._learn_names(bound)
 
     async def close(self, *, abandon_calls: bool = True) -> None:
         """Ask the kernel to exit; kill its whole process group if it does not in time.
@@ -345,6 +368,7 @@ class Interpreter:
         return done.result()
 
     async def _conclude(self, report: wire.DoneFrame, stop_reason: str | None) -> Outcome:
+        self._learn_names(report)
         status = str(report.get("status"))
         said = report.get("broken")
         if isinstance(said, str) and status in ("ok", "error", "stopped"):
@@ -403,3 +427,7 @@ class Interpreter:
             images=() if tray is None else tuple(tray.images),
             images_dropped=None if tray is None else tray.dropped_words(),
         )
+
+
+def _all_text(items: object) -> bool:
+    return isinstance(items, list) and all(isinstance(item, str) for item in items)

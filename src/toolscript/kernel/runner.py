@@ -31,13 +31,14 @@ from .calls import CallTable, ToolError, ToolTimeout
 from .cells import VALUE_NAME, Cell, compile_cell, ending, format_compile_error, run_cell
 from .descriptors import BROKEN_EXIT, OwnDescriptors
 from .loop import KernelLoop, WatchedSelector, forbid_asyncio_run, moved_socket, task_factory
+from .names import NameTeller
 from .show import make_show
 from .stop import end_what_it_started, in_internal_code, nothing_left_running
 from .streams import ScriptOutput
 from .wire import BATCH, ChannelReader, FrameError, FrameReader, encode
 
 if TYPE_CHECKING:
-    from .wire import DoneFrame, ExecFrame, SetupFrame
+    from .wire import BoundFrame, DoneFrame, ExecFrame, SetupFrame
 
 
 class _Script:
@@ -87,7 +88,8 @@ class Kernel:
         }
         self.calls = CallTable(self.loop, self.post, self._current_script_id)
         self.namespace["show"] = make_show(self.post, self._current_script_id)
-        self._bound_names: set[str] = set()
+        self._bound: dict[str, Any] = {}
+        self._names = NameTeller()
         self._tools_module = types.ModuleType("tools", "The tools bound into this interpreter.")
         self._tools_module.ToolError = ToolError  # type: ignore[attr-defined]
         self._tools_module.ToolTimeout = ToolTimeout  # type: ignore[attr-defined]
@@ -297,6 +299,7 @@ class Kernel:
         script.finished = True
         report["never_awaited"] = self.calls.take_never_awaited(self.namespace, (script.value,))
         script.value = None
+        self._names.tell(self.namespace, self._bound, report)
         report["t"] = "done"
         report["script"] = script.id
         self.calls.flush_acks()
@@ -396,19 +399,21 @@ class Kernel:
         from .binding import bind
 
         bound = bind(plans, self.calls.invoke, down)
-        for name in self._bound_names - bound.top_level.keys():
+        for name in self._bound.keys() - bound.top_level.keys():
             # A tool the catalogue no longer has: its name goes, unless the script reused it.
             if getattr(self._tools_module, name, None) is self.namespace.get(name):
                 self.namespace.pop(name, None)
             with contextlib.suppress(AttributeError):
                 delattr(self._tools_module, name)
-        self._bound_names = set(bound.top_level)
+        self._bound = dict(bound.top_level)
         for name, value in bound.top_level.items():
             self.namespace[name] = value
             setattr(self._tools_module, name, value)
         self.calls.tool_qualnames = frozenset(bound.qualnames)
         failures = [[key, why] for key, why in bound.failures]
-        self.post(encode({"t": "bound", "failures": failures}))
+        frame: BoundFrame = {"t": "bound", "failures": failures}
+        self._names.tell(self.namespace, self._bound, frame)
+        self.post(encode(frame))
 
     def _setup(self, message: SetupFrame) -> None:
         error = None

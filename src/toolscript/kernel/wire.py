@@ -142,7 +142,15 @@ if TYPE_CHECKING:
         python: str
         executable: str
 
-    class BoundFrame(TypedDict):
+    class NameChanges(TypedDict, total=False):
+        """The global names a shell's namespace gained and lost since the kernel last told
+        (`toolscript.kernel.names`); `names_many`: too many to tell (True), or told again."""
+
+        names_new: list[str]
+        names_gone: list[str]
+        names_many: bool
+
+    class BoundFrame(NameChanges):
         """The tools bound; `failures`, `[key, why]` for each that could not be."""
 
         t: Literal["bound"]
@@ -195,7 +203,7 @@ if TYPE_CHECKING:
         mime_type: str
         data: str
 
-    class DoneFrame(TypedDict, total=False):
+    class DoneFrame(NameChanges, total=False):
         """How a script ended. The host's own words on an end (`killed`, `crashed`, `fault`)
         have the same shape, with only `status`."""
 

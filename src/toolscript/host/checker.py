@@ -1,0 +1,134 @@
+"""`ScriptChecker`: runs the check before running (`toolscript.tools.check`) with `ty`.
+
+`ty` is a type checker in one native binary (installed with the package, from its wheel); it
+reads the stubs and the script and never runs either. The stubs are written once per
+catalogue and Python version, into a folder of the state directory named for them, beside a
+`ty.toml` that makes that folder the checker's whole project (no configuration of a folder
+above applies) and turns on only the rules the check reads. One `ty server` per folder
+(`toolscript.host.typeserver`) checks the scripts. A check that cannot run (no `ty`, a
+server that fails or overruns `CHECK_TIMEOUT`) finds nothing, and says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..tools.check import RULES_ASKED, CheckedCatalogue, Finding
+from .catalogue import ToolCatalogue
+from .typeserver import TypeServer, TypeServerError
+
+__all__ = ["CHECK_TIMEOUT", "CheckOutcome", "ScriptChecker"]
+
+CHECK_TIMEOUT = 10.0
+"""Seconds the checker may take on one script (its start included) before the check is
+given up."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    """What the check found, and whether it ran at all."""
+
+    findings: list[Finding] = field(default_factory=list)
+    ran: bool = False
+    """False when the script was not checked: it names no tool, or the check could not run."""
+    failure: str | None = None
+    """Why the check could not run, in words; None when it ran or was not needed."""
+
+
+class ScriptChecker:
+    """Checks scripts against one runtime's catalogue, with stubs in a cache folder."""
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self._for: tuple[ToolCatalogue, str] | None = None
+        self._checked: CheckedCatalogue | None = None
+        self._server: TypeServer | None = None
+
+    async def check(
+        self,
+        catalogue: ToolCatalogue,
+        code: str,
+        names: frozenset[str] | None,
+        python_version: str | None,
+    ) -> CheckOutcome:
+        """Check `code` against `catalogue`, for an interpreter of `python_version` (None:
+        the host's) whose namespace holds `names` (None: too many to tell). Never raises but
+        for cancellation."""
+        host_version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        version = ".".join((python_version or host_version).split(".")[:2])
+        try:
+            checked, server = await self._prepare(catalogue, version)
+        except (OSError, TypeServerError) as error:
+            return CheckOutcome(failure=f"the checker could not be prepared: {error}")
+        if not checked.names_tools(code):
+            return CheckOutcome()
+        if names is not None:  # a server that is down is bound to an object of its own
+            names = names | frozenset(catalogue.down_messages)
+        prepared = checked.prepare(code, names)
+        try:
+            diagnostics = await server.diagnostics(prepared.source, CHECK_TIMEOUT)
+        except TypeServerError as failure:
+            return CheckOutcome(failure=str(failure))
+        if not prepared.needs_parse(diagnostics):
+            return CheckOutcome(ran=True)
+        syntax_error = prepared.syntax_error
+        if syntax_error is not None:
+            # This Python's parser found it: it speaks for another Python only on its grammar.
+            exact = version == host_version
+            return CheckOutcome([syntax_error], ran=True) if exact else CheckOutcome()
+        return CheckOutcome(prepared.findings(diagnostics), ran=True)
+
+    async def _prepare(
+        self, catalogue: ToolCatalogue, version: str
+    ) -> tuple[CheckedCatalogue, TypeServer]:
+        if self._for != (catalogue, version) or self._checked is None or self._server is None:
+            checked = CheckedCatalogue(catalogue.plans, catalogue.prompt())
+            config = _ty_config(version)
+            digest = hashlib.sha256(
+                (config + checked.stubs).encode("utf-8", "surrogatepass")
+            ).hexdigest()
+            folder = self._folder / digest[:20]
+            if not (folder / "tools.pyi").exists():
+                folder.mkdir(parents=True, exist_ok=True)
+                _write(folder / "ty.toml", config)
+                _write(folder / "tools.pyi", checked.stubs)
+            if self._server is None or self._server.folder != folder:
+                await self.close()
+                self._server = TypeServer(_ty_binary(), folder)
+            self._for, self._checked = (catalogue, version), checked
+        return self._checked, self._server
+
+    async def close(self) -> None:
+        """End the type server, if one runs."""
+        server, self._server = self._server, None
+        if server is not None:
+            await server.close()
+
+
+def _ty_binary() -> str:
+    try:
+        from ty._find_ty import find_ty_bin
+
+        return find_ty_bin()
+    except (ImportError, FileNotFoundError):
+        raise TypeServerError("ty is not installed (pip install ty)") from None
+
+
+def _ty_config(version: str) -> str:
+    rules = "".join(f'{rule} = "error"\n' for rule in RULES_ASKED)
+    return (
+        "# The project of toolscript's check before running: this folder alone.\n"
+        f'[environment]\npython-version = "{version}"\n\n[rules]\nall = "ignore"\n{rules}'
+    )
+
+
+def _write(path: Path, text: str) -> None:
+    """Write `text` to `path` whole: into a file of its own first, then renamed over it."""
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    partial.write_text(text, encoding="utf-8", errors="surrogatepass")
+    os.replace(partial, path)

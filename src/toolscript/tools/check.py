@@ -1,0 +1,430 @@
+"""The check before running: a script read against the catalogue's stubs by a type checker.
+
+Goal: a script that calls a tool that does not exist, passes a keyword the tool does not
+take, leaves out a required one, passes one by position, forgets an `await` or reads a key
+that a result's `TypedDict` does not have is told so before any of its calls take effect.
+
+What fails: a type checker's own verdict on the whole script. Scripts are mostly untyped
+code, where `Any` flows everywhere; a checker's complaints about that code are noise, and some
+are false (a name made by `globals()`, a module the checker cannot see). A script is also a
+notebook cell (top-level `await`), which a checker refuses as a module, and a shell is
+persistent, so a name from an earlier run is defined.
+
+What we do: the stubs are the same text `rt.prompt()` shows, written as the module `tools`
+(`tools.pyi`), which is what the kernel binds them as. The script becomes the body of an
+`async def` (each line after a tab, which keeps every indentation comparison as Python makes
+it), after declarations of the names the shell's namespace holds, as `Any`. The checker
+(`ty`) is asked only for the rules that can concern a tool, and a diagnostic is kept only
+when the script's syntax tree shows that it is about a tool: the call, attribute or name it
+points at resolves to a tool or server the script did not rebind, or the `TypedDict` is the
+catalogue's. Everything else is dropped. This module is the text on both sides of the
+checker; `toolscript.host.checker` runs it.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import difflib
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CHECK_MODES",
+    "RULES",
+    "RULES_ASKED",
+    "CheckedCatalogue",
+    "CheckedScript",
+    "Diagnostic",
+    "Finding",
+]
+
+CHECK_MODES = ("refuse", "warn", "off")
+"""The values of `Settings.check`."""
+
+RULES = (
+    "unresolved-reference",
+    "missing-attribute",
+    "unknown-argument",
+    "missing-argument",
+    "too-many-positional-arguments",
+    "unused-awaitable",
+    "invalid-typed-dict-key",
+)
+"""The checker's rules whose diagnostics can be findings: the only ones that can concern a tool."""
+
+RULES_ASKED = (*RULES, "invalid-explicit-return")
+"""The rules turned on. A `return` with a value at the script's top level (a syntax error in
+a cell, valid in the function the script is checked as) breaks the last one, which has the
+script parsed."""
+
+SCRIPT_FILE = "<script>"
+"""How a finding names the script: `<script>:3: ...`."""
+
+CELL_FUNCTION = "__toolscript_cell__"
+
+_KERNEL_NAMES = ("tools", "ToolError", "ToolTimeout")
+"""Names every script has, typed by the stubs rather than declared as `Any`."""
+
+_DYNAMIC_NAMES = frozenset({"globals", "vars", "exec", "builtins", "__builtins__", "setattr"})
+"""Names a script can define other names with: where one appears, no name is unknown."""
+
+_TICKED = re.compile(r"`([^`]+)`")
+_WORD = re.compile(r"[^\W\d]\w*")
+_YIELD = re.compile(r"\byield\b")
+_USED = re.compile(r"([^\W\d]\w*)\s*[(.]")
+_BUILTINS = frozenset(dir(builtins))
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One of the checker's diagnostics: its line (from 1), its column in characters (from
+    0), its rule and its message."""
+
+    line: int
+    column: int
+    rule: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem the check found: the script's line (from 1) and what is wrong, in words."""
+
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{SCRIPT_FILE}:{self.line}: {self.message}"
+
+
+class CheckedCatalogue:
+    """What the check needs of one catalogue: its stubs as the module `tools`, and the names
+    of its tools, servers, parameters and `TypedDict`s."""
+
+    def __init__(self, plans: list[dict[str, Any]], prompt: str) -> None:
+        self.top_level: dict[str, dict[str, Any]] = {}
+        self.servers: dict[str, dict[str, dict[str, Any]]] = {}
+        for plan in plans:
+            if "error" in plan:
+                continue
+            namespace = plan.get("namespace")
+            if namespace is None:
+                self.top_level[str(plan["function"])] = plan
+            else:
+                self.servers.setdefault(str(namespace), {})[str(plan["function"])] = plan
+        self.typed_dicts = frozenset(_typed_dict_names(prompt))
+        self.stubs = (
+            prompt.rstrip("\n")
+            + "\n\n\nclass ToolError(Exception): ...\n\n\nclass ToolTimeout(TimeoutError): ...\n"
+        )
+        """The text of `tools.pyi`: what `rt.prompt()` shows, and the kernel's exceptions."""
+        self._words = frozenset({*self.top_level, *self.servers, "tools"})
+
+    def names_tools(self, code: str) -> bool:
+        """The cheap test: whether `code` awaits anything, names a tool or server, or calls
+        or reads an attribute of a name close to one. A script that does none is not checked,
+        nor any script when the catalogue has no tool."""
+        if not self.top_level and not self.servers:
+            return False
+        words = set(_WORD.findall(code))
+        if "await" in words or not self._words.isdisjoint(words):
+            return True
+        used = set(_USED.findall(code)) - _BUILTINS
+        tools = list(self._words)
+        return any(difflib.get_close_matches(word, tools, n=1, cutoff=0.75) for word in used)
+
+    def prepare(self, code: str, names: frozenset[str] | None) -> CheckedScript:
+        """`code` as the checker reads it, in a shell whose namespace holds `names` (None: too
+        many to tell)."""
+        return CheckedScript(self, code, names)
+
+
+class CheckedScript:
+    """One script as the checker reads it, and its findings from the checker's diagnostics.
+
+    The script is parsed here only when the checker said something that concerns it: a
+    script with no such diagnostic (most) costs no syntax tree.
+    """
+
+    def __init__(
+        self, catalogue: CheckedCatalogue, code: str, names: frozenset[str] | None
+    ) -> None:
+        self._catalogue = catalogue
+        self._code = code
+        self._names = names
+        self._lines = code.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        self._explained: set[tuple[int, str, str]] = set()
+        self._missing: dict[tuple[int, str], tuple[str, list[str]]] = {}
+        self._earlier = frozenset(names or ()) - frozenset(_KERNEL_NAMES)
+        imported = [
+            name
+            for name in ("ToolError", "ToolTimeout", *catalogue.top_level, *catalogue.servers)
+            if name not in self._earlier
+        ]
+        header = [
+            "from typing import Any",
+            "import tools",
+            f"from tools import {', '.join(imported)}",
+        ]
+        header.extend(
+            f"{name}: Any" for name in sorted(self._earlier) if name not in ("Any", CELL_FUNCTION)
+        )
+        header.append(f"async def {CELL_FUNCTION}() -> None:")
+        self._offset = len(header)
+        self.source = "\n".join([*header, *("\t" + line for line in self._lines), "\tpass", ""])
+        """The text of the file the checker reads."""
+
+    def needs_parse(self, diagnostics: Iterable[Diagnostic]) -> bool:
+        """Whether any diagnostic concerns the check, or the script may hide a syntax error
+        that the function it is checked as makes valid (a top-level `return` with a value,
+        or a `yield`; a bare top-level `return` is left to the interpreter to refuse)."""
+        return (
+            any(
+                diagnostic.rule in RULES_ASKED or diagnostic.rule == "invalid-syntax"
+                for diagnostic in diagnostics
+            )
+            or _YIELD.search(self._code) is not None
+        )
+
+    @functools.cached_property
+    def syntax_error(self) -> Finding | None:
+        """The script's syntax error as this Python's parser finds it, if it has one."""
+        try:
+            compile(self._tree, SCRIPT_FILE, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        except SyntaxError as error:
+            return Finding(error.lineno or 1, f"syntax error: {error.msg}")
+        return None
+
+    @functools.cached_property
+    def _tree(self) -> ast.Module:
+        return ast.parse(self._code, SCRIPT_FILE)
+
+    @functools.cached_property
+    def _shadowed(self) -> frozenset[str]:
+        return frozenset(_bound_names(self._tree)) | self._earlier
+
+    @functools.cached_property
+    def _names_unknowable(self) -> bool:
+        return (
+            self._names is None
+            or not _DYNAMIC_NAMES.isdisjoint(_WORD.findall(self._code))
+            or any(
+                isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names)
+                for node in ast.walk(self._tree)
+            )
+        )
+
+    def findings(self, diagnostics: Iterable[Diagnostic]) -> list[Finding]:
+        """The findings among the checker's diagnostics of `source`: those about tools."""
+        found: dict[tuple[int, str], Finding] = {}
+        self._explained.clear()
+        self._missing.clear()
+        for diagnostic in diagnostics:
+            if diagnostic.rule not in RULES:
+                continue
+            line = diagnostic.line - self._offset
+            if not 1 <= line <= len(self._lines):
+                continue
+            # The checker counts characters, the tab before each line included; `ast`, bytes.
+            characters = max(diagnostic.column - 1, 0)
+            column = len(self._lines[line - 1][:characters].encode("utf-8"))
+            said = diagnostic.message.split("\n", 1)[0]  # its first line; hints follow
+            message = self._reword(diagnostic.rule, said, line, column)
+            if message is not None:
+                found.setdefault((line, message), Finding(line, message))
+        for (line, message), (name, missing) in self._missing.items():
+            # A missing argument that another finding on the call explains (a misspelled
+            # keyword, arguments given by position) is not said twice.
+            if (line, name, "*") in self._explained or all(
+                (line, name, parameter) in self._explained for parameter in missing
+            ):
+                found.pop((line, message), None)
+        return sorted(found.values(), key=lambda finding: finding.line)
+
+    # -- what a diagnostic is about ------------------------------------------------------------
+
+    def _reword(self, rule: str, message: str, line: int, column: int) -> str | None:
+        ticked = _TICKED.findall(message)
+        if rule == "unresolved-reference":
+            return self._unknown_name(ticked[0]) if ticked else None
+        if rule == "missing-attribute":
+            return self._unknown_attribute(line, column, ticked)
+        if rule == "invalid-typed-dict-key":
+            named = ticked[-1] if ticked else ""
+            if named in self._catalogue.typed_dicts and named not in self._shadowed:
+                return f"a result's keys: {message}"
+            return None
+        call = self._tool_call_at(line, column)
+        if call is None:
+            return None
+        name, plan = call
+        if rule == "unused-awaitable":
+            return f"`{name}(...)` is never awaited, so the call would not run: `await` it"
+        if rule == "too-many-positional-arguments":
+            self._explained.add((line, name, "*"))
+            return f"`{name}` takes keyword arguments only: {_example(name, plan)}"
+        if rule == "unknown-argument" and ticked:
+            spellings = [str(parameter["spelling"]) for parameter in plan["parameters"]]
+            spellings.append(str(plan["timeout"]))
+            close = difflib.get_close_matches(ticked[0], spellings, n=1, cutoff=0.6)
+            if close:
+                self._explained.add((line, name, close[0]))
+            return f"`{name}` has no parameter `{ticked[0]}`" + _did_you_mean(
+                ticked[0], spellings, "its parameters are"
+            )
+        if rule == "missing-argument" and len(ticked) > 1:
+            missing = ", ".join(f"`{item}`" for item in ticked[:-1])
+            message = f"`{name}` needs {missing}: {_example(name, plan)}"
+            self._missing[(line, message)] = (name, ticked[:-1])
+            return message
+        return None
+
+    def _unknown_name(self, name: str) -> str | None:
+        if self._names_unknowable or name in self._shadowed:
+            return None
+        catalogue = self._catalogue
+        candidates = [
+            *catalogue.top_level,
+            *catalogue.servers,
+            *(f"{server}.{tool}" for server, tools in catalogue.servers.items() for tool in tools),
+        ]
+        by_last = {candidate.rsplit(".", 1)[-1]: candidate for candidate in candidates}
+        close = difflib.get_close_matches(name, list(by_last), n=1, cutoff=0.75)
+        if not close:
+            return None
+        return f"`{name}` is not defined: did you mean `{by_last[close[0]]}`?"
+
+    def _unknown_attribute(self, line: int, column: int, ticked: list[str]) -> str | None:
+        if not ticked:
+            return None
+        node = self._attribute_at(line, column, ticked[-1])
+        if node is None:
+            return None
+        server = self._server_of(node.value)
+        if server is not None:
+            tools = list(self._catalogue.servers[server])
+            return f"the server `{server}` has no tool `{node.attr}`" + _did_you_mean(
+                node.attr, tools, "its tools are", prefix=f"{server}."
+            )
+        if isinstance(node.value, ast.Name) and node.value.id == "tools":
+            if "tools" in self._shadowed:
+                return None
+            names = [*self._catalogue.top_level, *self._catalogue.servers]
+            return f"`tools` has no tool or server `{node.attr}`" + _did_you_mean(
+                node.attr, names, "it has", prefix="tools."
+            )
+        return None
+
+    def _tool_call_at(self, line: int, column: int) -> tuple[str, dict[str, Any]] | None:
+        """The innermost call around the position whose function is a tool: its name as the
+        script calls it, and its plan."""
+        best: tuple[str, dict[str, Any]] | None = None
+        best_start = (-1, -1)
+        for node in ast.walk(self._tree):
+            if not isinstance(node, ast.Call) or not _covers(node, line, column):
+                continue
+            tool = self._tool_of(node.func)
+            start = (node.lineno, node.col_offset)
+            if tool is not None and start > best_start:
+                best, best_start = tool, start
+        return best
+
+    def _tool_of(self, node: ast.expr) -> tuple[str, dict[str, Any]] | None:
+        catalogue = self._catalogue
+        if isinstance(node, ast.Name) and node.id not in self._shadowed:
+            plan = catalogue.top_level.get(node.id)
+            return None if plan is None else (node.id, plan)
+        if not isinstance(node, ast.Attribute):
+            return None
+        server = self._server_of(node.value)
+        if server is not None:
+            plan = catalogue.servers[server].get(node.attr)
+            return None if plan is None else (f"{server}.{node.attr}", plan)
+        if _is_name(node.value, "tools") and "tools" not in self._shadowed:
+            plan = catalogue.top_level.get(node.attr)
+            return None if plan is None else (f"tools.{node.attr}", plan)
+        return None
+
+    def _server_of(self, node: ast.expr) -> str | None:
+        servers = self._catalogue.servers
+        if isinstance(node, ast.Name):
+            shadowed = node.id in self._shadowed
+            return node.id if node.id in servers and not shadowed else None
+        if (
+            isinstance(node, ast.Attribute)
+            and _is_name(node.value, "tools")
+            and "tools" not in self._shadowed
+            and node.attr in servers
+        ):
+            return node.attr
+        return None
+
+    def _attribute_at(self, line: int, column: int, attribute: str) -> ast.Attribute | None:
+        for node in ast.walk(self._tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == attribute
+                and (node.lineno, node.col_offset) == (line, column)
+            ):
+                return node
+        return None
+
+
+def _typed_dict_names(prompt: str) -> Iterable[str]:
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError:
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any(
+            _is_name(base, "TypedDict") for base in node.bases
+        ):
+            yield node.name
+
+
+def _bound_names(tree: ast.Module) -> Iterable[str]:
+    """Every name the script binds anywhere (it may hide a tool's name)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            yield node.id
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield node.name
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                yield alias.asname or alias.name.split(".")[0]
+        elif isinstance(node, ast.arg):
+            yield node.arg
+        elif (isinstance(node, ast.ExceptHandler) and node.name) or (
+            isinstance(node, ast.MatchAs | ast.MatchStar) and node.name
+        ):
+            yield node.name
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            yield node.rest
+
+
+def _covers(node: ast.expr, line: int, column: int) -> bool:
+    start = (node.lineno, node.col_offset)
+    end = (node.end_lineno or node.lineno, node.end_col_offset or 0)
+    return start <= (line, column) < end
+
+
+def _is_name(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _did_you_mean(name: str, candidates: list[str], listing: str, prefix: str = "") -> str:
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    if close:
+        return f": did you mean `{prefix}{close[0]}`?"
+    shown = ", ".join(f"`{candidate}`" for candidate in candidates[:12])
+    more = f" and {len(candidates) - 12} more" if len(candidates) > 12 else ""
+    return f" ({listing} {shown}{more})" if shown else ""
+
+
+def _example(name: str, plan: dict[str, Any]) -> str:
+    required = [str(p["spelling"]) for p in plan["parameters"] if p["required"]]
+    return f"`await {name}({', '.join(f'{spelling}=...' for spelling in required)})`"

@@ -1,0 +1,144 @@
+"""`ScriptChecker` on its own: what it checks, what it skips, and stubs with `TypedDict`s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolscript.host import checker as checker_module
+from toolscript.host.catalogue import ToolCatalogue
+from toolscript.host.checker import ScriptChecker
+from toolscript.tools.check import CheckedCatalogue, CheckedScript, Diagnostic
+from toolscript.tools.spec import ToolSpec
+
+from .conftest import catalogue_tools
+
+
+def specs() -> list[ToolSpec]:
+    return [item.spec for item in catalogue_tools([])]  # add_note, then search_notes
+
+
+@pytest.mark.timeout(60)
+async def test_a_key_the_results_typeddict_lacks_is_a_finding(tmp_path: Path) -> None:
+    catalogue = ToolCatalogue(specs(), None)
+    assert "-> Note:" in catalogue.prompt() and "-> list[Note]:" in catalogue.prompt()
+    code = (
+        "note = await add_note(text='a')\n"
+        "print(note['text'])\n"
+        "print(note['txt'])\n"
+        "for found in await search_notes(query='a'):\n"
+        "    found['tag']\n"
+    )
+    outcome = await ScriptChecker(tmp_path).check(catalogue, code, frozenset(), None)
+    assert outcome.ran and outcome.failure is None
+    assert [str(finding) for finding in outcome.findings] == [
+        '<script>:3: a result\'s keys: Unknown key "txt" for TypedDict `Note` - did you mean '
+        '"text"?',
+        '<script>:5: a result\'s keys: Unknown key "tag" for TypedDict `Note` - did you mean '
+        '"tags"?',
+    ]
+
+
+@pytest.mark.timeout(60)
+async def test_a_typeddict_of_the_scripts_own_is_not_the_catalogues(tmp_path: Path) -> None:
+    code = (
+        "from typing import TypedDict\n"
+        "class Note(TypedDict):\n    n: int\n"
+        "mine: Note = {'n': 1}\nmine['other']\nawait add_note(text='a')\n"
+    )
+    outcome = await ScriptChecker(tmp_path).check(ToolCatalogue(specs(), None), code, None, None)
+    assert outcome.ran and outcome.findings == []
+
+
+@pytest.mark.timeout(60)
+async def test_a_script_that_names_no_tool_is_not_checked(tmp_path: Path) -> None:
+    checker = ScriptChecker(tmp_path)
+    catalogue = ToolCatalogue(specs(), None)
+    for code in (
+        "print(1)",
+        "x = [i * 2 for i in range(10)]\nsum(x)",
+        "import json\njson.dumps({})",
+    ):
+        outcome = await checker.check(catalogue, code, frozenset(), None)
+        assert not outcome.ran and outcome.findings == [] and outcome.failure is None
+    for code in (
+        "await add_note(text='a')",
+        "f = search_notes",
+        "add_noet.x",
+        "import asyncio\nawait asyncio.sleep(0)",
+    ):
+        outcome = await checker.check(catalogue, code, frozenset(), None)
+        assert outcome.ran, code
+    nothing = await checker.check(ToolCatalogue([], None), "await tools.x()", frozenset(), None)
+    assert not nothing.ran
+
+
+@pytest.mark.timeout(60)
+async def test_the_stubs_are_written_once_per_catalogue(tmp_path: Path) -> None:
+    checker = ScriptChecker(tmp_path)
+    catalogue = ToolCatalogue(specs(), None)
+    await checker.check(catalogue, "await add_note(text='a')", frozenset(), None)
+    [folder] = tmp_path.iterdir()
+    stubs = folder / "tools.pyi"
+    written = stubs.stat().st_mtime_ns
+    await checker.check(ToolCatalogue(specs(), None), "await add_note(text='b')", None, None)
+    assert [path.name for path in tmp_path.iterdir()] == [folder.name]
+    assert stubs.stat().st_mtime_ns == written
+    assert sorted(path.name for path in folder.iterdir()) == ["tools.pyi", "ty.toml"]
+
+
+@pytest.mark.timeout(60)
+async def test_a_syntax_error_found_by_another_pythons_grammar_is_left_to_that_python(
+    tmp_path: Path,
+) -> None:
+    catalogue = ToolCatalogue(specs(), None)
+    code = "type Pair = tuple[int, int]\nawait add_note(text='a')"  # Python 3.12 syntax
+    here = await ScriptChecker(tmp_path).check(catalogue, code, frozenset(), None)
+    other = await ScriptChecker(tmp_path).check(catalogue, code, frozenset(), "9.99.0")
+    assert (len(here.findings), len(other.findings)) == (1, 0), here
+
+
+def test_each_finding_is_read_from_the_checkers_line_and_column() -> None:
+    catalogue = CheckedCatalogue(ToolCatalogue(specs(), None).plans, "")
+    line = "e = 'é'; await tools.add_noet(text=1)"
+    prepared = catalogue.prepare("x = 1\n" + line, frozenset())
+    assert isinstance(prepared, CheckedScript)
+    at = prepared.source.splitlines().index("\t" + line) + 1
+    # The checker counts characters from 0, the tab included: `tools` begins at 16.
+    message = "Module `tools` has no member `add_noet`"
+    diagnostics = [
+        Diagnostic(at, 16, "missing-attribute", message),
+        Diagnostic(at, 16, "invalid-return-type", "not a rule the check asks for"),
+        Diagnostic(1, 0, "missing-attribute", "in the header, not the script: `x`"),
+    ]
+    [finding] = prepared.findings(diagnostics)
+    assert str(finding) == (
+        "<script>:2: `tools` has no tool or server `add_noet`: did you mean `tools.add_note`?"
+    )
+
+
+@pytest.mark.timeout(60)
+async def test_a_type_server_that_died_is_started_again_by_the_next_check(tmp_path: Path) -> None:
+    checker = ScriptChecker(tmp_path)
+    catalogue = ToolCatalogue(specs(), None)
+    first = await checker.check(catalogue, "await add_note(txt='a')", frozenset(), None)
+    assert len(first.findings) == 1
+    server = checker._server
+    assert server is not None and server._process is not None
+    server._process.kill()  # and checked again at once, before its end may have been seen
+    again = await checker.check(catalogue, "await add_note(txt='b')", frozenset(), None)
+    assert again.failure is None and len(again.findings) == 1
+    await checker.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_check_that_cannot_run_says_why_and_the_script_runs(
+    start_checked: Any, made: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checker_module, "_ty_binary", lambda: "/nonexistent/ty")
+    runtime = await start_checked("refuse")
+    result = await runtime.run("await add_note(txt='a')")
+    assert made == [] and result.status == "error", result.text  # Python's own TypeError
+    assert "The check before running could not run: ty server failed:" in result.note
