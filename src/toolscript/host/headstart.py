@@ -24,7 +24,9 @@ import atexit
 import contextlib
 import json
 import os
+import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -51,15 +53,41 @@ class HeadStart:
     control: socket.socket
 
     def abandon(self) -> None:
-        """End it, and remove what was made for it."""
+        """End it and everything in its sandbox, and remove what was made for it."""
         with contextlib.suppress(OSError):
             self.control.close()
+        # The sandbox's own processes are in a session of their own (bubblewrap's
+        # --new-session) and end only after bubblewrap: held by pidfds, they are killed and
+        # waited for too, so nothing is left running on return.
+        inner = _pidfds(_children(self.process.pid))
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, 9)
+            os.killpg(self.process.pid, signal.SIGKILL)
+        for pidfd in inner:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(2.0)
+        for pidfd in inner:
+            select.select([pidfd], [], [], 2.0)  # readable once that process has ended
+            os.close(pidfd)
         self.sandbox.close()
         shutil.rmtree(self.shells_root, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            return [int(child) for child in children.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _pidfds(pids: list[int]) -> list[int]:
+    found = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            found.append(os.pidfd_open(pid))
+    return found
 
 
 _pending: HeadStart | None = None
