@@ -145,7 +145,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--burst", type=int, default=200)
     parser.add_argument("--bursts", type=int, default=5)
-    parser.add_argument("--out", default="mcp_calls.json", help="file name under bench/results")
+    parser.add_argument("--out", default="results/mcp_calls.json", help="relative to bench/")
     options = parser.parse_args()
     arguments = (options.calls, options.burst, options.bursts)
     rounds = []
@@ -204,9 +204,9 @@ def main() -> None:
         f"toolscript / direct: sequential {report['ratio']:.3f} (target at most 1.10), "
         f"burst throughput {report['burst_ratio']:.2f}"
     )
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / options.out).write_text(json.dumps(report, indent=2))
+    out = Path(__file__).parent / options.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
