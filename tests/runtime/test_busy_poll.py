@@ -13,10 +13,12 @@ import pytest
 from tests.conftest import MakeRuntime, wait_for_file
 from toolscript import Runtime
 from toolscript.host import busypoll
+from toolscript.kernel import busypoll as busypoll_module
 from toolscript.kernel.busypoll import (
     MAX_DOUBLINGS,
     MISSES_BEFORE_BACKING_OFF,
     RETRY_EVERY,
+    WORTH,
     BusyPoll,
 )
 
@@ -61,6 +63,20 @@ def test_polling_ends_with_the_window_then_sleeps_and_counts_a_miss() -> None:
     assert select.calls[-1] is None  # slept, with no bound, once the window ended
     assert set(select.calls[:-1]) == {0} and len(select.calls) > 1
     assert poll.misses == 1
+
+
+def test_a_reply_found_after_more_polling_than_a_wake_up_costs_counts_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = iter(range(10**6))  # each reading of the clock is a microsecond later
+    monkeypatch.setattr(busypoll_module.time, "perf_counter", lambda: next(clock) * 1e-6)
+    poll = BusyPoll(window=10.0)
+    poll.expect()
+    assert poll.select(FakeSelect(empty=int(WORTH * 1e6) + 10), None) == ["event"]
+    assert poll.misses == 1  # found, but it cost more than the wake-up it saved
+    poll.expect()
+    assert poll.select(FakeSelect(empty=3), None) == ["event"]
+    assert poll.misses == 0
 
 
 def test_polling_never_outlasts_the_callers_timeout() -> None:

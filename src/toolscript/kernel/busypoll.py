@@ -11,7 +11,9 @@ its selector without sleeping for up to `window` seconds before it sleeps as usu
 The cost is CPU, bounded: at most one window per message sent. Both sides use it only while
 there are spare cores (the host decides, and tells each kernel with its script), and a kind of
 reply that keeps coming later than the window stops being polled for, tried again now and
-then, less often each time it is late again. The kernel counts each tool apart: an MCP tool
+then, less often each time it is late again. A reply is late when it comes after more
+polling than a wake-up costs (`WORTH`), so polling never spends much more CPU than the
+wake-ups it saves, on a quiet machine or a loaded one. The kernel counts each tool apart: an MCP tool
 that answers in milliseconds is not polled for, while a Python tool beside it still is.
 """
 
@@ -32,6 +34,11 @@ MISSES_BEFORE_BACKING_OFF = 4
 
 RETRY_EVERY = 16
 """While backed off, one expected reply in this many is polled for, at first."""
+
+WORTH = 0.0001
+"""Seconds of polling a reply is worth: about what a wake-up costs on these machines. A reply
+found only after polling longer cost more CPU than the wake-up it saved, and counts as late.
+(On a loaded machine the other side waits for a core, and replies come that way.)"""
 
 MAX_DOUBLINGS = 4
 """Each retry that is late again doubles the wait for the next, this many times at most."""
@@ -83,7 +90,7 @@ class BusyPoll:
         while now < end:
             events = select(0)
             if events:
-                self.misses = 0
+                self.misses = 0 if now - start <= WORTH else self.misses + 1
                 return events
             now = time.perf_counter()
         if now >= due:
