@@ -12,9 +12,10 @@ The cost is CPU, bounded: at most one window per message sent. Both sides use it
 there are spare cores (the host decides, and tells each kernel with its script), and a kind of
 reply that keeps coming later than the window stops being polled for, tried again now and
 then, less often each time it is late again. A reply is late when it comes after more
-polling than a wake-up costs (`WORTH`), so polling never spends much more CPU than the
-wake-ups it saves, on a quiet machine or a loaded one. The kernel counts each tool apart: an MCP tool
-that answers in milliseconds is not polled for, while a Python tool beside it still is.
+polling than a wake-up costs (`WORTH`), so polling backs off where replies come slowly, as
+on a loaded machine, where the other side waits for a core. The kernel counts each tool
+apart: an MCP tool that answers in milliseconds is not polled for, while a Python tool
+beside it still is.
 """
 
 from __future__ import annotations
