@@ -48,6 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default="results/run_roundtrip.json", help="relative to bench/")
     options = parser.parse_args()
     rounds = []
     with tempfile.TemporaryDirectory() as folder:
@@ -89,9 +90,9 @@ def main() -> None:
         f"  with the journal in memory:    median {report['run_memory_journal_median_ms']:.3f} ms"
     )
     print(f"  with busy polling off:         median {report['run_busy_poll_off_median_ms']:.3f} ms")
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "run_roundtrip.json").write_text(json.dumps(report, indent=2))
+    out = Path(__file__).parent / options.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

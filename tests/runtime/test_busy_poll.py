@@ -13,7 +13,14 @@ import pytest
 from tests.conftest import MakeRuntime, wait_for_file
 from toolscript import Runtime
 from toolscript.host import busypoll
-from toolscript.kernel.busypoll import MISSES_BEFORE_BACKING_OFF, RETRY_EVERY, BusyPoll
+from toolscript.kernel import busypoll as busypoll_module
+from toolscript.kernel.busypoll import (
+    MAX_DOUBLINGS,
+    MISSES_BEFORE_BACKING_OFF,
+    RETRY_EVERY,
+    WORTH,
+    BusyPoll,
+)
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -58,6 +65,20 @@ def test_polling_ends_with_the_window_then_sleeps_and_counts_a_miss() -> None:
     assert poll.misses == 1
 
 
+def test_a_reply_found_after_more_polling_than_a_wake_up_costs_counts_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = iter(range(10**6))  # each reading of the clock is a microsecond later
+    monkeypatch.setattr(busypoll_module.time, "perf_counter", lambda: next(clock) * 1e-6)
+    poll = BusyPoll(window=10.0)
+    poll.expect()
+    assert poll.select(FakeSelect(empty=int(WORTH * 1e6) + 10), None) == ["event"]
+    assert poll.misses == 1  # found, but it cost more than the wake-up it saved
+    poll.expect()
+    assert poll.select(FakeSelect(empty=3), None) == ["event"]
+    assert poll.misses == 0
+
+
 def test_polling_never_outlasts_the_callers_timeout() -> None:
     poll = BusyPoll(window=10.0)
     poll.expect()
@@ -93,6 +114,40 @@ def test_replies_that_keep_coming_late_make_it_poll_only_now_and_then() -> None:
         poll.expect()
     assert poll.select(FakeSelect(empty=0), None) == ["event"]
     assert poll.misses == 0  # a reply in time: polling is back for every reply
+
+
+def late_replies(poll: BusyPoll, reply: str, count: int) -> None:
+    for _ in range(count):
+        poll.expect(reply)
+        if poll.due:
+            poll.select(FakeSelect(empty=None), None)
+
+
+def armed_in(poll: BusyPoll, reply: str, expects: int) -> int:
+    armed = 0
+    for _ in range(expects):
+        poll.expect(reply)
+        armed += bool(poll.due)
+        poll.due = 0.0
+    return armed
+
+
+def test_a_tool_whose_replies_keep_coming_late_does_not_stop_polling_for_another() -> None:
+    poll = BusyPoll(window=0.0005)
+    late_replies(poll, "slow_server.search", MISSES_BEFORE_BACKING_OFF)
+    assert armed_in(poll, "slow_server.search", RETRY_EVERY) == 1
+    assert armed_in(poll, "lookup", RETRY_EVERY) == RETRY_EVERY  # never late: every time
+    assert armed_in(poll, "slow_server.search", RETRY_EVERY * 2) == 2  # still backed off
+
+
+def test_each_retry_that_is_late_again_makes_the_next_one_wait_twice_as_long() -> None:
+    poll = BusyPoll(window=0.0005)
+    late_replies(poll, "slow", MISSES_BEFORE_BACKING_OFF)
+    late_replies(poll, "slow", RETRY_EVERY)  # one of them was polled for, and was late
+    assert armed_in(poll, "slow", RETRY_EVERY * 2 * 3) == 3
+    late_replies(poll, "slow", RETRY_EVERY << MAX_DOUBLINGS + 2)  # late at every retry
+    every = RETRY_EVERY << MAX_DOUBLINGS
+    assert armed_in(poll, "slow", every * 2) == 2  # the wait grows no further
 
 
 def test_a_window_of_zero_never_polls() -> None:

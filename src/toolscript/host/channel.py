@@ -58,6 +58,7 @@ class Channel:
         self._transport: asyncio.Transport | None = None
         self._reader = codec.reader()
         self._outbox: list[bytes] = []
+        self._outbox_reply_due = False  # a frame waiting in the outbox will be replied to
         self._wrote_alone = False  # a frame went out alone since the kernel last spoke
         self._waiters: dict[str, asyncio.Future[wire.Message]] = {}
         self.done: asyncio.Future[wire.DoneFrame] | None = None
@@ -171,16 +172,29 @@ class Channel:
             return
         self._send_frame(transport, codec.encode(message))
 
-    def send_frames(self, frames: list[bytes]) -> None:
-        """Send frames already encoded, as `send` does."""
+    def send_frames(self, frames: list[bytes], reply_due: bool = True) -> None:
+        """Send frames already encoded, as `send` does. `reply_due`: whether the kernel will
+        reply at once, so that the host polls for it (see `still_polling`)."""
         transport = self._transport
         if transport is not None and not transport.is_closing():
             for frame in frames:
-                self._send_frame(transport, frame)
+                self._send_frame(transport, frame, reply_due)
 
-    def _send_frame(self, transport: asyncio.Transport, frame: bytes) -> None:
+    def still_polling(self, waited: float) -> bool:
+        """Whether the kernel still polls for an answer that took `waited` seconds.
+
+        A kernel that polled for a call's whole window sleeps, and wakes only when the answer
+        comes: its next frame takes a wake-up to come, and polling for it costs the host more
+        than sleeping would (an MCP tool's answer takes milliseconds).
+        """
+        return self._busy is not None and waited < self._busy.poll.window
+
+    def _send_frame(
+        self, transport: asyncio.Transport, frame: bytes, reply_due: bool = True
+    ) -> None:
         if self._outbox:
             self._outbox.append(frame)
+            self._outbox_reply_due = self._outbox_reply_due or reply_due
             if len(self._outbox) >= wire.BATCH:
                 # A long burst goes out in pieces, so the kernel starts on the first
                 # answers while the rest are still being made.
@@ -190,10 +204,11 @@ class Channel:
         elif not self._wrote_alone:
             transport.write(frame)
             self._wrote_alone = True
-            if self.done is not None and self._busy is not None:
+            if reply_due and self.done is not None and self._busy is not None:
                 self._busy.expect()  # the running script's kernel answers at once
         else:
             self._outbox.append(frame)
+            self._outbox_reply_due = reply_due
             self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
@@ -202,7 +217,7 @@ class Channel:
         if self._transport is not None and not self._transport.is_closing():
             frames, self._outbox = self._outbox, []
             self._transport.write(b"".join(frames))
-            if self.done is not None and self._busy is not None:
+            if self._outbox_reply_due and self.done is not None and self._busy is not None:
                 self._busy.expect()
         self._outbox = []
         self._wrote_alone = False

@@ -106,6 +106,7 @@ class Dispatcher:
                     self._answer_soon(todo, i + 1, eager=False)
                 done, answered = answered, []
                 self._answered_all(done)
+                started = self._loop.time()
                 try:
                     answer = await self.catalogue.finish(begun, context)
                 except asyncio.CancelledError:
@@ -113,7 +114,8 @@ class Dispatcher:
                     if task is None or task.cancelling():
                         raise  # the runtime is closing: the call stays unanswered, pending
                     answer = _cancelled_itself(key)
-                self._answered_all([(n, answer)])
+                waited = self._loop.time() - started
+                self._answered_all([(n, answer)], self.channel.still_polling(waited))
                 return
         finally:
             if answered:
@@ -121,8 +123,8 @@ class Dispatcher:
             # Not a done callback: that would cost every call another pass of the loop.
             self._tasks.discard(asyncio.current_task(self._loop))
 
-    def _answered_all(self, answers: list[tuple[int, Answer]]) -> None:
-        """Journal handlers' answers, then send them.
+    def _answered_all(self, answers: list[tuple[int, Answer]], reply_due: bool = True) -> None:
+        """Journal handlers' answers, then send them; `reply_due` as `Channel.send_frames`.
 
         An answer the channel cannot carry (over `wire.MAX_FRAME`, or not JSON) becomes an
         error answer saying so: the script gets a `ToolError`, the interpreter stays.
@@ -157,7 +159,7 @@ class Dispatcher:
         for n, answer in answers:
             if answer.kind in _HOST_CAUSES:
                 self.ledger.answered(n, True, None, host_cause=answer.kind)
-        self.channel.send_frames(frames)
+        self.channel.send_frames(frames, reply_due)
 
 
 def _cancelled_itself(key: str) -> Answer:

@@ -9,8 +9,13 @@ side sends something that will be answered at once (a call, an answer, a script)
 its selector without sleeping for up to `window` seconds before it sleeps as usual.
 
 The cost is CPU, bounded: at most one window per message sent. Both sides use it only while
-there are spare cores (the host decides, and tells each kernel with its script), and a side
-whose replies keep coming later than its window stops polling, trying again now and then.
+there are spare cores (the host decides, and tells each kernel with its script), and a kind of
+reply that keeps coming later than the window stops being polled for, tried again now and
+then, less often each time it is late again. A reply is late when it comes after more
+polling than a wake-up costs (`WORTH`), so polling backs off where replies come slowly, as
+on a loaded machine, where the other side waits for a core. The kernel counts each tool
+apart: an MCP tool that answers in milliseconds is not polled for, while a Python tool
+beside it still is.
 """
 
 from __future__ import annotations
@@ -29,30 +34,47 @@ MISSES_BEFORE_BACKING_OFF = 4
 """Windows in a row that end with nothing come before polling is tried only now and then."""
 
 RETRY_EVERY = 16
-"""While backed off, one expected reply in this many is polled for."""
+"""While backed off, one expected reply in this many is polled for, at first."""
+
+WORTH = 0.0001
+"""Seconds of polling a reply is worth: about what a wake-up costs on these machines. A reply
+found only after polling longer cost more CPU than the wake-up it saved, and counts as late.
+(On a loaded machine the other side waits for a core, and replies come that way.)"""
+
+MAX_DOUBLINGS = 4
+"""Each retry that is late again doubles the wait for the next, this many times at most."""
 
 
 class BusyPoll:
     """When a reply is due (`expect()`), `select` polls before it sleeps.
 
-    `window` is in seconds; 0 turns polling off.
+    `window` is in seconds; 0 turns polling off. `misses` and `skipped` count for the kind of
+    reply expected last; the other kinds' counts wait in `_others`.
     """
 
-    __slots__ = ("due", "misses", "skipped", "window")
+    __slots__ = ("_others", "due", "misses", "reply", "skipped", "window")
 
     def __init__(self, window: float = 0.0) -> None:
         self.window = window
         self.due = 0.0
         self.misses = 0
         self.skipped = 0
+        self.reply = ""
+        self._others: dict[str, tuple[int, int]] = {}
 
-    def expect(self) -> None:
-        """A reply is due soon: the next sleep polls first, for up to `window` seconds."""
+    def expect(self, reply: str = "") -> None:
+        """A reply of kind `reply` (a tool's key, or "" for any other) is due soon: the next
+        sleep polls first, for up to `window` seconds, unless that kind keeps coming late."""
         if self.window <= 0:
             return
+        if reply != self.reply:
+            self._others[self.reply] = (self.misses, self.skipped)
+            self.misses, self.skipped = self._others.pop(reply, (0, 0))
+            self.reply = reply
         if self.misses >= MISSES_BEFORE_BACKING_OFF:
             self.skipped += 1
-            if self.skipped % RETRY_EVERY:
+            late = min(self.misses - MISSES_BEFORE_BACKING_OFF, MAX_DOUBLINGS)
+            if self.skipped % (RETRY_EVERY << late):
                 return
         self.due = time.perf_counter() + self.window
 
@@ -69,7 +91,7 @@ class BusyPoll:
         while now < end:
             events = select(0)
             if events:
-                self.misses = 0
+                self.misses = 0 if now - start <= WORTH else self.misses + 1
                 return events
             now = time.perf_counter()
         if now >= due:

@@ -128,14 +128,15 @@ _task_exception = asyncio.Task.exception
 class CallTable:
     """Every call in flight from this interpreter, and the acknowledgements owed to the host.
 
-    `post(frame_bytes)` sends a frame (batched when called on the kernel's loop thread);
+    `post(frame_bytes, reply)` sends a frame (batched when called on the kernel's loop
+    thread), `reply` the kind of reply it waits for (a tool's key), None for none;
     `script_id()` names the script running now, or None between scripts.
     """
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        post: Callable[[bytes], None],
+        post: Callable[[bytes, str | None], None],
         script_id: Callable[[], str | None],
     ) -> None:
         global _table
@@ -217,7 +218,8 @@ class CallTable:
                                 "brief": brief(args),
                                 "script": self._script_id(),
                             }
-                        )
+                        ),
+                        None,
                     )
             if refused is not None:
                 raise ToolError(f"{key}: the call was not sent: {refused}")
@@ -226,7 +228,7 @@ class CallTable:
                 self._seen = []
             call = _Call(n, loop, future)
             self._waiting[n] = call
-            self._post(frame)
+            self._post(frame, key)
         call.held_by_task = (
             task is not None
             and (type(task) is ScriptTask or isinstance(task, ScriptTask))
@@ -319,7 +321,7 @@ class CallTable:
             self._seen.append(n)
             self._flush_acks_soon()
         else:
-            self._post(encode({"t": "ack", "seen": [n]}))
+            self._post(encode({"t": "ack", "seen": [n]}), None)
 
     def _unwaited(self, call: _Call, cause: str) -> None:
         ack = [call.n, "unwaited", cause, call.arrived]
@@ -327,7 +329,7 @@ class CallTable:
             self._acks.append(ack)
             self._flush_acks_soon()
         else:
-            self._post(encode({"t": "ack", "acks": [ack]}))
+            self._post(encode({"t": "ack", "acks": [ack]}), None)
 
     def _flush_acks_soon(self) -> None:
         if self._ack_timer is None:
@@ -352,7 +354,7 @@ class CallTable:
             frame = encode(self._with_acks({"t": "ack"}))
             self._acks = []
             self._seen = []
-            self._post(frame)
+            self._post(frame, None)  # the host does not answer acknowledgements
 
     # Goal: a call's cause names who made its code stop waiting. What fails: asking, when the
     # code stops waiting, whether a stop is under way: the script's own `wait_for` or

@@ -100,8 +100,10 @@ class Kernel:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def post(self, frame: bytes) -> None:
-        """Send a frame; safe from any thread.
+    def post(self, frame: bytes, reply: str | None = "") -> None:
+        """Send a frame; safe from any thread. `reply` is the kind of reply the host will
+        send at once (a tool's key for a call, "" for the others), None for none: the loop
+        polls for it before it sleeps (see `busypoll`).
 
         The first frame since the host last spoke goes at once (a lone call should not wait
         a pass of the event loop); frames that follow in the same pass (the calls of a
@@ -116,15 +118,18 @@ class Kernel:
             return
         if self._from_threads:
             self._post_from_threads()
+        if reply is not None:
+            self._selector.busy.expect(reply)
         self._post_here(frame)
 
     def _post_from_threads(self) -> None:
         waiting = self._from_threads
+        expect = self._selector.busy.expect
         while waiting:
+            expect()
             self._post_here(waiting.popleft())
 
     def _post_here(self, frame: bytes) -> None:
-        self._selector.busy.expect()  # the host answers calls and scripts at once
         if self._outbox:
             self._outbox.append(frame)
             if len(self._outbox) >= BATCH:

@@ -5,9 +5,9 @@ What fails: the SDK's transports and `ClientSession` are anyio context managers 
 groups must be entered and exited by the same task, so neither the opener of the first call
 nor a handler the host may cancel can own them.
 What we do: a dedicated task enters the transport and the session and waits until asked to
-close; calls use the session from their own tasks (which the SDK supports). Messages from the
-transport pass through a small pump that sets `gone` when the stream ends (the process exited
-or the connection dropped), so the next call knows to start a new session.
+close; calls use the session from their own tasks (which the SDK supports). The session reads
+the transport's messages through a watch that sets `gone` when the stream ends (the process
+exited or the connection dropped), so the next call knows to start a new session.
 
 As a client, toolscript declares no capabilities (no roots, no sampling, no elicitation), so a
 server gets no more reach than its own configuration gives it (docs/security.md).
@@ -26,11 +26,11 @@ from typing import Any, TextIO
 import anyio
 import httpx2
 import mcp.types as types
-from anyio.streams.memory import MemoryObjectSendStream
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client._transport import TransportStreams
 from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.message import SessionMessage
 
 from .config import HTTPServerConfig, ServerConfig, StdioServerConfig
@@ -125,15 +125,9 @@ class Connection:
             with self._scope:
                 async with AsyncExitStack() as stack:
                     read, write = await stack.enter_async_context(self._transport())
-                    pumps = await stack.enter_async_context(anyio.create_task_group())
-                    stack.callback(pumps.cancel_scope.cancel)
-                    forward, session_read = anyio.create_memory_object_stream[
-                        SessionMessage | Exception
-                    ](0)
-                    pumps.start_soon(self._pump, read, forward)
                     session = await stack.enter_async_context(
                         ClientSession(
-                            session_read,
+                            _Watched(read, self.gone),
                             write,
                             message_handler=self._on_notification,
                             client_info=_client_info(),
@@ -163,19 +157,44 @@ class Connection:
             stop.cancel()
             gone.cancel()
 
-    async def _pump(
-        self,
-        source: Any,
-        sink: MemoryObjectSendStream[SessionMessage | Exception],
-    ) -> None:
+
+class _Watched:
+    """The transport's read stream as the session reads it: `gone` is set when it ends.
+
+    In the session's own reads, not in a task that forwards them: a task between the two
+    would cost every answer another pass of the event loop. A stream closed or broken under
+    the read ends like one that reached its end, as it did through the forwarding task.
+    The transport owns the stream: closing this leaves it to the transport, as before.
+    """
+
+    def __init__(self, stream: ReadStream[SessionMessage | Exception], gone: asyncio.Event):
+        self._stream = stream
+        self._gone = gone
+
+    async def receive(self) -> SessionMessage | Exception:
         try:
-            async with sink:
-                async for item in source:
-                    await sink.send(item)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-            pass
-        finally:
-            self.gone.set()
+            return await self._stream.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._gone.set()
+            raise anyio.EndOfStream from None
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        pass
+
+    async def __aenter__(self) -> _Watched:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        pass
 
 
 class _Cancelled(Exception):
