@@ -27,11 +27,12 @@ from .host.catalogue import ToolCatalogue
 from .host.environment import scrubbed_environment
 from .host.interpreter import Interpreter, Launch
 from .host.journal import Journal, state_dir
+from .host.keeper import Keeper, KeeperError
 from .host.pool import InterpreterPool
 from .host.sandbox import LEVEL_NONE, Sandbox, SandboxError
 from .host.sandbox import Mount as SandboxMount
 from .host.sandbox import prepare as prepare_sandbox
-from .host.template import Template, TemplateError
+from .host.template import Template, TemplateError, template_command
 from .results import ScriptResult
 from .shell import Shell, ShellServices
 from .tools.prompt import call_name, matching_plans, render_prompt
@@ -90,6 +91,8 @@ class Runtime:
         network: bool = _DEFAULT.network,
         mounts: Mapping[str | Path, str] | None = None,
         workdir: str | Path | None = None,
+        keep_interpreters: bool = _DEFAULT.keep_interpreters,
+        reattach_window: float = _DEFAULT.reattach_window,
     ) -> None:
         self.settings = Settings(
             python=python or sys.executable,
@@ -117,6 +120,8 @@ class Runtime:
             network=network,
             mounts=mounts or {},
             workdir=workdir,
+            keep_interpreters=keep_interpreters,
+            reattach_window=reattach_window,
         )
         """The knobs this runtime was made with."""
         self._tool_specs = [_as_spec(item) for item in tools]
@@ -124,7 +129,7 @@ class Runtime:
         self._busy: LoopPoll | None = None
         self.template_failure: str | None = None
         """Why interpreters are started afresh instead of forked from the template, if so."""
-        self._template: Template | None = None
+        self._template: Template | Keeper | None = None
         self._template_start: asyncio.Task[None] | None = None
         self._pool: InterpreterPool | None = None
         self._background = BackgroundScripts()
@@ -162,6 +167,8 @@ class Runtime:
     network = Knob[bool]()
     state_dir = Knob["Path | None"]()
     workdir = Knob["Path | None"]()
+    keep_interpreters = Knob[bool]()
+    reattach_window = Knob[float]()
 
     @property
     def sandbox_mode(self) -> str:
@@ -203,14 +210,26 @@ class Runtime:
             specs.extend(self._mcp.specs())
             self._mcp.set_on_change(self._tools_changed)
         self._catalogue = ToolCatalogue(specs, self.tool_timeout)
-        self._workdir = Path(tempfile.mkdtemp(prefix="toolscript-"))
+        if self.keep_interpreters:
+            # The kept interpreters' folders outlive this host: they live where the next
+            # host on this state directory finds them.
+            self._workdir = base / "shells"
+            self._workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            self._workdir = Path(tempfile.mkdtemp(prefix="toolscript-"))
         try:
             await self._prepare_sandbox()
         except BaseException:
             await self._close_services()
             raise
         self._busy = busypoll.attach(self.busy_poll)
-        if self.fork and hasattr(os, "fork") and hasattr(os, "pidfd_open"):
+        if self.keep_interpreters:
+            try:
+                await self._start_keeper(base)
+            except BaseException:
+                await self._close_services()
+                raise
+        elif self.fork and hasattr(os, "fork") and hasattr(os, "pidfd_open"):
             self._template_start = asyncio.get_running_loop().create_task(self._start_template())
         elif self.fork:
             self.template_failure = "this system cannot fork from a template"
@@ -234,8 +253,55 @@ class Runtime:
             is_closed=lambda: self._closed,
         )
         self._started = True
+        if isinstance(self._template, Keeper):
+            await self._reattach(self._template)
         self._pool.fill()
         return self
+
+    async def _start_keeper(self, base: Path) -> None:
+        """Attach to this state directory's keeper, starting it if none runs: it starts the
+        template, so interpreters are its, and outlive this host."""
+        if not (hasattr(os, "fork") and hasattr(os, "pidfd_open")):
+            raise KeeperError("keep_interpreters needs Linux (fork and pidfd_open)")
+        command = template_command(self.python, self.preload, self._sandbox, "{control}", kept=True)
+        keeper = await Keeper.open(
+            base,
+            command,
+            scrubbed_environment(self.settings.env),
+            self.reattach_window,
+            self.start_timeout,
+        )
+        self._template = keeper
+        if keeper.template_failure is not None:
+            self.template_failure = keeper.template_failure
+            _log.warning(
+                "toolscript: interpreters will be started afresh and not kept: %s",
+                keeper.template_failure,
+            )
+
+    async def _reattach(self, keeper: Keeper) -> None:
+        """Take back, by shell name, the interpreters a host that is gone left with the
+        keeper; end the ones no shell had (warm ones, background scripts')."""
+        assert self._pool is not None and self._catalogue is not None
+        assert self._journal is not None
+        for held in keeper.held:
+            name = held.shell
+            if name is None:
+                keeper.kill(held.k)
+                continue
+            try:
+                forked = await keeper.take(held.k, self.start_timeout)
+            except TemplateError as error:
+                _log.warning("toolscript: shell %s could not be taken back: %s", name, error)
+                keeper.kill(held.k)
+                continue
+            interpreter = Interpreter(
+                self._launch(), self._catalogue, self._journal, name, held.generation
+            )
+            running = held.running(self.grace)
+            await interpreter.reattach(forked, held.prefix, running)
+            self._pool.count_live()
+            self.shell(name).reattach(interpreter, running)
 
     async def _prepare_sandbox(self) -> None:
         """Make this runtime's sandbox, or say why there is none (refuse if it is required)."""
@@ -349,7 +415,9 @@ class Runtime:
             self._template_start.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._template_start
-        if self._template is not None:
+        if isinstance(self._template, Keeper):
+            await self._template.detach_and_wait()
+        elif self._template is not None:
             await self._template.close()
         await self._close_services()
 
@@ -363,7 +431,7 @@ class Runtime:
             self._busy = None
         if self._sandbox is not None:
             self._sandbox.close()
-        if self._workdir is not None:
+        if self._workdir is not None and not self.keep_interpreters:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
     async def __aenter__(self) -> Runtime:

@@ -169,6 +169,16 @@ class CallLedger:
         self._between = _Tally()
 
     @property
+    def prefix(self) -> str:
+        """What its calls' ids start with: `<token>-<generation>`."""
+        return self._prefix
+
+    def continue_numbering(self) -> None:
+        """Take the next call's number from its frame: another host saw the calls before
+        (a kernel taken back from a keeper), so the count goes on from where it was."""
+        self._next = 0
+
+    @property
     def in_flight(self) -> int:
         return sum(1 for call in self._calls.values() if call.answered_at is None)
 
@@ -200,7 +210,7 @@ class CallLedger:
                 tool = frame.get("tool")
                 if type(n) is not int or type(tool) is not str:
                     raise ValueError("a call frame without a number and a tool name")
-                if n != self._next:
+                if n != self._next and (self._next != 0 or n < 1):
                     raise ProtocolViolation(
                         f"a call numbered {_number(n)} came where call {self._next} was due "
                         "(the interpreter numbers its calls one after another)"

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from .busypoll import LoopPoll
+from .keeper import Keeper
 from .output import StreamCapture
 from .sandbox import Sandbox
-from .template import Template, TemplateError, kernel_command
+from .template import Forked, Template, TemplateError, kernel_command
 
 EXIT_STATUS_WAIT = 1.0
 """Seconds to wait for the template's word on how a forked kernel ended."""
@@ -54,7 +55,8 @@ class Launch:
     limits: dict[str, int | None] = field(default_factory=dict)
     start_timeout: float = 20.0
     output_limit: int = 1_000_000
-    template: Template | None = None
+    template: Template | Keeper | None = None
+    """Where kernels are forked from: the runtime's template, or its keeper's."""
     preload: tuple[str, ...] = ()
     busy: LoopPoll | None = None
     sandbox: Sandbox | None = None
@@ -94,6 +96,8 @@ class KernelProcess:
         self._process: asyncio.SubprocessTransport | None = None
         self._own_template: Template | None = None
         self._cgroup: str | None = None
+        self.held: int | None = None
+        """Its number at the keeper, when a keeper holds it."""
 
     async def start(self) -> socket.socket:
         """Start the kernel; the host's end of its channel. Raises `InterpreterStartError`."""
@@ -166,10 +170,11 @@ class KernelProcess:
                 await self._own_template.close()
             raise InterpreterStartError(error.reason) from None
 
-    async def _fork(self, template: Template, preload: tuple[str, ...] = ()) -> socket.socket:
+    async def _fork(
+        self, template: Template | Keeper, preload: tuple[str, ...] = ()
+    ) -> socket.socket:
         """A kernel forked from the template: pipes read here, its end seen through a pidfd
         (it is the template's child, not ours), its exit status reported by the template."""
-        loop = asyncio.get_running_loop()
         launch = self.launch
         extra: dict[str, Any] = {}
         if launch.sandbox is not None:
@@ -184,7 +189,15 @@ class KernelProcess:
         forked = await template.fork(
             launch.cwd, launch.env, launch.limits, launch.start_timeout, extra
         )
+        return await self.attach(forked)
+
+    async def attach(self, forked: Forked) -> socket.socket:
+        """Take a forked kernel's descriptors: read its pipes, watch its end through its
+        pidfd. The host's end of its channel is returned."""
+        loop = asyncio.get_running_loop()
         self.forked = True
+        self.started = True
+        self.held = forked.held
         self._status = forked.status
         if forked.pidfd is not None:
             self._pidfd = forked.pidfd
@@ -253,10 +266,21 @@ class KernelProcess:
         if self._process is not None:
             self._process.close()
 
+    def note(self, **meta: object) -> None:
+        """Tell the keeper that holds this kernel, if one does, what it runs now."""
+        keeper = self.launch.template
+        if self.held is not None and isinstance(keeper, Keeper):
+            keeper.note(self.held, **meta)
+
     async def release(self) -> None:
-        """Close the template of its own, if it has one, and its cgroup once it has ended."""
+        """Close the template of its own, if it has one, and its cgroup once it has ended;
+        a keeper that held it lets it go."""
         if self._own_template is not None:
             await self._own_template.close()
+        keeper = self.launch.template
+        if self.held is not None and isinstance(keeper, Keeper):
+            keeper.forget(self.held)
+            self.held = None
         if self.launch.sandbox is not None and self.exited.is_set():
             self.launch.sandbox.drop_cgroup(self._cgroup)
 

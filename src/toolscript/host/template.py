@@ -66,6 +66,22 @@ class Forked:
     stderr: int
     status: asyncio.Future[int] = field(repr=False)
     pidfd: int | None = None
+    held: int | None = None
+    """Its number at the keeper, when a keeper holds it (`toolscript.host.keeper`)."""
+
+
+def template_command(
+    python: str, preload: Sequence[str], sandbox: Sandbox | None, control: str, *, kept: bool
+) -> list[str]:
+    """The command that starts a template whose control socket is descriptor `control`;
+    `kept`: a keeper starts it, and its unconfined kernels die with it."""
+    settings: dict[str, Any] = {"preload": list(preload)}
+    if sandbox is not None:
+        settings["sandbox"] = sandbox.template_config()
+    if kept:
+        settings["kept"] = True
+    command = kernel_command(python, "template", control, json.dumps(settings))
+    return sandbox.command(command) if sandbox is not None else command
 
 
 class Template:
@@ -103,13 +119,7 @@ class Template:
         name = "the kernel" if alone else "the template"
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         host_end.setblocking(False)
-        settings: dict[str, Any] = {"preload": list(preload)}
-        if sandbox is not None:
-            settings["sandbox"] = sandbox.template_config()
-        config = json.dumps(settings)
-        command = kernel_command(python, "template", str(template_end.fileno()), config)
-        if sandbox is not None:
-            command = sandbox.command(command)
+        command = template_command(python, preload, sandbox, str(template_end.fileno()), kept=False)
         # Not cancelled halfway: asyncio's own clean-up of a process cancelled while it is
         # made can wait for ever. A cancel waits for the process, then ends it.
         making = asyncio.ensure_future(
