@@ -31,23 +31,16 @@ WAIT = 20.0
 
 HOST = textwrap.dedent(
     """
-    import asyncio, json, os, sys, sqlite3
-    from toolscript import Runtime, tool
+    import asyncio, json, os, sys
+    from toolscript import Runtime
+    from tests.keeper.tools import effect_tools
 
     config = json.loads(sys.argv[1])
     shared = config["shared"]
 
-    @tool
-    def record(key: str) -> str:
-        "Record one effect in the tool's own database."
-        with sqlite3.connect(os.path.join(shared, "effects.sqlite3")) as db:
-            db.execute("CREATE TABLE IF NOT EXISTS effects (key TEXT)")
-            db.execute("INSERT INTO effects VALUES (?)", (key,))
-        return "recorded " + key
-
     async def main():
         async with Runtime(
-            tools=[record],
+            tools=effect_tools(shared, hold=True),
             state_dir=config["state_dir"],
             keep_interpreters=True,
             reattach_window=config.get("reattach_window", 60.0),
@@ -130,6 +123,7 @@ class Hosts:
             json.dumps(settings),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            cwd=str(Path(__file__).resolve().parents[2]),
         )
         host = Host(process)
         self.started.append(host)

@@ -248,6 +248,17 @@ class Interpreter:
         await self._channel.connect(host_end)
         self.runs = 1  # it has run before: no start marker is owed to a first script
         self.rebind_due = True
+        if forked.status.done():
+            return  # it ended while no host was attached: nothing waits for an answer
+        try:
+            holding = await self._channel.expect(
+                "holding", self.launch.start_timeout, {"t": "held"}
+            )
+        except InterpreterStartError:
+            return  # it ended, or does not answer: its run ends as such
+        frames = [call for call in holding.get("calls", []) if isinstance(call, dict)]
+        journaled = self._journal.take_over_calls(f"{prefix}.{call.get('n')}" for call in frames)
+        self._calls.recover(frames, journaled)
 
     async def rebind(self, catalogue: ToolCatalogue) -> None:
         """Bind a changed catalogue (an MCP server's tool list changed) before the next run."""

@@ -167,6 +167,10 @@ class Kernel:
                 self._bind(message.get("plans", []))
             elif kind == "setup":
                 self._setup(message)
+            elif kind == "held":
+                self.calls.flush_acks()  # what code took so far, before what it still awaits
+                self.post(encode({"t": "holding", "calls": self.calls.holding()}))
+                self._flush()
             elif kind == "shutdown":
                 self._flush()
                 os._exit(0)

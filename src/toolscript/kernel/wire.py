@@ -108,6 +108,7 @@ if TYPE_CHECKING:
         value: NotRequired[Any]
         error: NotRequired[str]
         message: NotRequired[str]
+        cause: NotRequired[str]
 
     class CheckFrame(TypedDict):
         """Does the code of the script that said `done` still run? Answer with `token`."""
@@ -130,6 +131,12 @@ if TYPE_CHECKING:
 
     class ShutdownFrame(TypedDict):
         t: Literal["shutdown"]
+
+    class HeldFrame(TypedDict):
+        """Which calls wait for an answer? (A host that took this kernel back from a keeper
+        asks once, to answer the calls the host before it left.)"""
+
+        t: Literal["held"]
 
     # -- from the kernel ------------------------------------------------------------------
 
@@ -210,11 +217,25 @@ if TYPE_CHECKING:
         """The kernel's own descriptors were broken, in words; it is ended."""
         threads_left: int
 
+    class HoldingFrame(TypedDict):
+        """The answer to `held`: every call whose answer has not arrived, as its frame said
+        (`n`, `tool`, `args`, `script`)."""
+
+        t: Literal["holding"]
+        calls: list[dict[str, Any]]
+
     HostFrame: TypeAlias = (
-        ExecFrame | AnswerFrame | CheckFrame | BindFrame | SetupFrame | ShutdownFrame
+        ExecFrame | AnswerFrame | CheckFrame | BindFrame | SetupFrame | ShutdownFrame | HeldFrame
     )
     KernelFrame: TypeAlias = (
-        ReadyFrame | BoundFrame | SetFrame | CallFrame | AckFrame | CheckedFrame | DoneFrame
+        ReadyFrame
+        | BoundFrame
+        | SetFrame
+        | CallFrame
+        | AckFrame
+        | CheckedFrame
+        | DoneFrame
+        | HoldingFrame
     )
     Frame: TypeAlias = HostFrame | KernelFrame
 
