@@ -17,6 +17,7 @@ import typer
 from .options import (
     JournalOption,
     JSONOption,
+    KeepInterpretersOption,
     MCPConfigOption,
     MountOption,
     NetworkOption,
@@ -135,6 +136,7 @@ def agent_command(
     network: NetworkOption = False,
     sandbox: SandboxOption = "auto",
     mount: MountOption = None,
+    keep_interpreters: KeepInterpretersOption = False,
 ) -> None:
     """Run one agent turn on TASK: the model acts only by running Python scripts.
 
@@ -148,6 +150,7 @@ def agent_command(
     from ..agent import Agent, ExecutionControl, InvalidControl
 
     knobs = sandbox_knobs(sandbox, network, mount)
+    knobs["keep_interpreters"] = keep_interpreters
     try:
         control = ExecutionControl(
             request_timeout=request_timeout,

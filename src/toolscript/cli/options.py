@@ -57,6 +57,15 @@ MountOption = Annotated[
         metavar="HOST[:/PATH][:rw]",
     ),
 ]
+KeepInterpretersOption = Annotated[
+    bool,
+    typer.Option(
+        "--keep-interpreters",
+        help="Have a keeper process own the interpreters, so that shells, their variables "
+        "and running scripts outlive this process if it dies; the next one on the same state "
+        "directory takes them back.",
+    ),
+]
 JSONOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 

@@ -19,6 +19,7 @@ import typer
 
 from .options import (
     JournalOption,
+    KeepInterpretersOption,
     MCPConfigOption,
     MountOption,
     NetworkOption,
@@ -119,6 +120,7 @@ def serve_command(
     network: NetworkOption = False,
     sandbox: SandboxOption = "auto",
     mount: MountOption = None,
+    keep_interpreters: KeepInterpretersOption = False,
 ) -> None:
     """Serve toolscript to an MCP client: one run_python tool in which every tool is Python."""
     import asyncio
@@ -128,6 +130,7 @@ def serve_command(
     from ..serve.hosts import HostCheck
 
     knobs = sandbox_knobs(sandbox, network, mount)
+    knobs["keep_interpreters"] = keep_interpreters
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="toolscript: %(message)s")
     specs = load_tools(tools)
     for name, given in (

@@ -13,7 +13,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from ..kernel import wire
 from ..kernel.descriptors import BROKEN_EXIT
@@ -205,8 +205,11 @@ class Interpreter:
             await asyncio.shield(self.kill())
             raise
 
-    async def adopt(self, shell: str, generation: int, cwd: Path | None) -> None:
-        """Give a started (pooled) interpreter to a shell: its name, generation and folder.
+    async def adopt(
+        self, shell: str, generation: int, cwd: Path | None, *, background: bool = False
+    ) -> None:
+        """Give a started (pooled) interpreter to a shell: its name, generation and folder;
+        `background`: to a background script of that shell, not to the shell itself.
 
         Raises `InterpreterStartError` if the kernel cannot change to `cwd`.
         """
@@ -223,7 +226,9 @@ class Interpreter:
             answer = await self._channel.expect("set", self.launch.start_timeout, setup)
             if answer.get("error"):
                 raise InterpreterStartError(f"the kernel could not enter {cwd}: {answer['error']}")
-        self._process.note(shell=shell, generation=generation, prefix=self.ledger.prefix)
+        self._process.note(
+            shell=shell, generation=generation, prefix=self.ledger.prefix, background=background
+        )
 
     async def reattach(self, forked: Forked, prefix: str, running: RunningScript | None) -> None:
         """Take back a kernel a keeper held for a host that is gone, as it is: its namespace,
@@ -259,6 +264,31 @@ class Interpreter:
         frames = [call for call in holding.get("calls", []) if isinstance(call, dict)]
         journaled = self._journal.take_over_calls(f"{prefix}.{call.get('n')}" for call in frames)
         self._calls.recover(frames, journaled)
+        waiting = self._channel.done
+        if (
+            running is not None
+            and waiting is not None
+            and not waiting.done()
+            and holding.get("running") != running.script_id
+        ):
+            self._settle_lost_end(running.script_id, holding.get("done"), waiting)
+
+    def _settle_lost_end(
+        self, script_id: str, last: object, done: asyncio.Future[wire.DoneFrame]
+    ) -> None:
+        """The script a keeper said was running runs no more, and its `done` is not in the
+        channel: the host before read it and died before it could report it, or died before
+        it sent the script. Which one, the kernel's last `done` says."""
+        if isinstance(last, dict) and last.get("script") == script_id:
+            done.set_result(cast("wire.DoneFrame", last))
+        else:
+            done.set_result(
+                {
+                    "status": "error",
+                    "error": "The host restarted before this script reached the interpreter: "
+                    "none of it ran.",
+                }
+            )
 
     async def rebind(self, catalogue: ToolCatalogue) -> None:
         """Bind a changed catalogue (an MCP server's tool list changed) before the next run."""
@@ -334,12 +364,8 @@ class Interpreter:
             exec_frame["busy_poll"] = busy.script_started()
         self.runs += 1
         if self._process.held is not None:
-            self._process.note(
-                script=script_id,
-                deadline=time.time() + time_limit,
-                time_limit=time_limit,
-                grace=grace,
-                marker=marker,
+            self._process.script_began(
+                script_id, marker, time.time() + time_limit, grace, time_limit
             )
         try:
             channel.send(exec_frame)
@@ -381,7 +407,7 @@ class Interpreter:
             report = await asyncio.shield(self._stop(stop_reason, grace))
         outcome = await self._conclude(report, stop_reason)
         if self._process.held is not None:
-            self._process.note(script=None, deadline=None)
+            self._process.script_ended()
         if cancelled:
             self.last_outcome = outcome
             raise asyncio.CancelledError

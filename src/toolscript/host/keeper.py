@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import itertools
 import json
+import mmap
 import os
 import socket
 import sys
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..kernel.keeper import BOARD, SLOT, SLOT_SIZE, SLOTS
 from .template import BOOTSTRAP, KERNEL_DIR, Forked, TemplateError
 
 SOCKET_NAME = "keeper.sock"
@@ -65,9 +67,12 @@ class Held:
 
     @property
     def shell(self) -> str | None:
-        """The shell it served, if a shell had it (not a warm or a background one)."""
+        """The shell it served, if a shell had it (not a warm one, not a background
+        script's)."""
         name, prefix = self.meta.get("shell"), self.meta.get("prefix")
-        return name if isinstance(name, str) and name and isinstance(prefix, str) else None
+        if self.meta.get("background") or not isinstance(prefix, str):
+            return None  # background scripts are not taken back yet: they end
+        return name if isinstance(name, str) and name else None
 
     @property
     def generation(self) -> int:
@@ -112,6 +117,7 @@ class Keeper:
         self.preload_failures: list[tuple[str, str]] = []
         self.template_failure: str | None = None
         """Why the keeper's template did not start, if it did not."""
+        self._board: mmap.mmap | None = None
         self._loop.add_reader(connection.fileno(), self._readable)
 
     @classmethod
@@ -135,6 +141,7 @@ class Keeper:
             keeper = cls(connection, process)
             try:
                 await keeper._hello(timeout)
+                keeper._map_board(folder / BOARD)
             except BaseException:
                 await keeper.close()
                 raise
@@ -170,6 +177,39 @@ class Keeper:
                 "importing the preload modules started Python threads "
                 f"({', '.join(map(str, ready['threads']))}), so forking from it is not safe"
             )
+
+    def _map_board(self, path: Path) -> None:
+        descriptor = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            self._board = mmap.mmap(descriptor, SLOTS * SLOT_SIZE)
+        except (OSError, ValueError) as error:
+            raise KeeperError(f"the keeper's board could not be read: {error}") from None
+        finally:
+            os.close(descriptor)
+
+    def script_began(
+        self, slot: int, script_id: str, marker: str, deadline: float, grace: float, limit: float
+    ) -> bool:
+        """Write a run's script and deadline in an interpreter's slot (see
+        `toolscript.kernel.keeper`); False when they do not fit in it."""
+        name = script_id.encode("utf-8")
+        board = self._board
+        if board is None or len(name) > 128 or len(marker) > 32:
+            return False
+        at = slot * SLOT_SIZE
+        sequence = SLOT.unpack_from(board, at)[0]
+        board[at : at + 8] = (sequence + 1).to_bytes(8, "little")
+        SLOT.pack_into(
+            board, at, sequence + 2, deadline, grace, limit, name, marker.encode("ascii")
+        )
+        return True
+
+    def script_ended(self, slot: int) -> None:
+        """Clear an interpreter's slot: no script runs in it."""
+        board = self._board
+        if board is not None:
+            at = slot * SLOT_SIZE
+            board[at + 8 : at + 16] = bytes(8)  # deadline 0: nothing runs
 
     @property
     def alive(self) -> bool:
@@ -228,6 +268,7 @@ class Keeper:
             status,
             pidfd,
             held=k,
+            slot=int(answer.get("slot", 0)),
         )
 
     def note(self, k: int, **meta: Any) -> None:
@@ -253,6 +294,9 @@ class Keeper:
             self._loop.remove_reader(self._connection.fileno())
         self._connection.close()
         self._fail_waiters("the host detached from the keeper")
+        if self._board is not None:
+            self._board.close()
+            self._board = None
         if self._process is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._process.wait(), EXIT_WAIT)

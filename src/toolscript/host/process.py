@@ -98,6 +98,8 @@ class KernelProcess:
         self._cgroup: str | None = None
         self.held: int | None = None
         """Its number at the keeper, when a keeper holds it."""
+        self._slot = 0
+        self._noted = False  # the running script was told over the socket, not on the board
 
     async def start(self) -> socket.socket:
         """Start the kernel; the host's end of its channel. Raises `InterpreterStartError`."""
@@ -198,6 +200,7 @@ class KernelProcess:
         self.forked = True
         self.started = True
         self.held = forked.held
+        self._slot = forked.slot
         self._status = forked.status
         if forked.pidfd is not None:
             self._pidfd = forked.pidfd
@@ -271,6 +274,34 @@ class KernelProcess:
         keeper = self.launch.template
         if self.held is not None and isinstance(keeper, Keeper):
             keeper.note(self.held, **meta)
+
+    def script_began(
+        self, script_id: str, marker: str, deadline: float, grace: float, limit: float
+    ) -> None:
+        """Tell the keeper that holds this kernel, if one does, that a script runs now, and
+        until when (wall-clock time) its time limit holds."""
+        keeper = self.launch.template
+        if self.held is not None and isinstance(keeper, Keeper):
+            self._noted = not keeper.script_began(
+                self._slot, script_id, marker, deadline, grace, limit
+            )
+            if self._noted:
+                keeper.note(  # too long for its slot: said over the socket
+                    self.held,
+                    script=script_id,
+                    marker=marker,
+                    deadline=deadline,
+                    grace=grace,
+                    time_limit=limit,
+                )
+
+    def script_ended(self) -> None:
+        """Tell the keeper that holds this kernel, if one does, that no script runs in it."""
+        keeper = self.launch.template
+        if self.held is not None and isinstance(keeper, Keeper):
+            keeper.script_ended(self._slot)
+            if self._noted:
+                keeper.note(self.held, script=None, deadline=None)
 
     async def release(self) -> None:
         """Close the template of its own, if it has one, and its cgroup once it has ended;

@@ -68,6 +68,8 @@ class Forked:
     pidfd: int | None = None
     held: int | None = None
     """Its number at the keeper, when a keeper holds it (`toolscript.host.keeper`)."""
+    slot: int = 0
+    """Its slot on the keeper's board, when a keeper holds it."""
 
 
 def template_command(

@@ -25,13 +25,21 @@ mode 0600. One message is one JSON object (with descriptors, when it carries som
 
 - `hello` → `hello` with the keeper's pid, the template's `ready` (or its `error`), and
   `held`: each interpreter's number `k`, the host's notes on it, and its exit status if ended.
-- `fork` (`id`, `request`: what the template takes) → `forked` (`id`, `k`, or `error`), with
+- `fork` (`id`, `request`: what the template takes) → `forked` (`id`, `k`, `slot`, or
+  `error`), with
   the host's end of the channel, the read ends of stdout and stderr, and a pidfd.
-- `take` (`k`) → `taken` (`k`, `returncode`) with the same four descriptors.
-- `note` (`k`, `meta`): the host's notes on an interpreter (its shell, generation, running
-  script and that script's deadline as wall-clock time and grace); no answer.
+- `take` (`k`) → `taken` (`k`, `slot`, `returncode`) with the same four descriptors.
+- `note` (`k`, `meta`): the host's notes on an interpreter (its shell, generation, the prefix
+  of its calls' ids); no answer. Its running script is in its slot of the board (below).
 - `forget` (`k`): the host ended it; `kill` (`k`): end it now. No answer.
 - unasked, `exited` (`k`, `returncode`), when an interpreter ends.
+
+What each interpreter runs now (its script, that script's deadline and grace) changes with
+every run, so the host does not say it over the socket: it writes it to the interpreter's
+slot in `keeper.board`, a file both map (`BOARD`), and the keeper reads the slots only when
+it needs them (a host detached, or asked what it holds). A run costs the host two writes to
+memory, and the keeper nothing. A slot is written by one host at a time, under a sequence
+number that is odd while it is being written.
 
 Only one host is attached at a time: a second connection is answered `busy` and closed.
 """
@@ -41,15 +49,25 @@ from __future__ import annotations
 import array
 import ctypes
 import json
+import mmap
 import os
 import select
 import selectors
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 from typing import Any
+
+BOARD = "keeper.board"
+"""The file of slots, in the state directory, beside the socket."""
+SLOTS = 4096
+SLOT_SIZE = 256
+SLOT = struct.Struct("<Qddd128s32s")
+"""A slot: sequence number, deadline (wall-clock time, 0 when no script runs), grace, time
+limit, script id and output marker (UTF-8, padded with zero bytes)."""
 
 _MAX_MESSAGE = 1 << 20
 _PR_SET_PDEATHSIG = 1
@@ -73,10 +91,11 @@ def die_with_parent() -> None:
 class _Held:
     """One interpreter the keeper holds."""
 
-    __slots__ = ("fds", "k", "meta", "pid", "pidfd", "returncode", "stopping")
+    __slots__ = ("fds", "k", "meta", "pid", "pidfd", "returncode", "slot", "stopping")
 
-    def __init__(self, k: int, pid: int, pidfd: int, fds: list[int]) -> None:
+    def __init__(self, k: int, slot: int, pid: int, pidfd: int, fds: list[int]) -> None:
         self.k = k
+        self.slot = slot
         self.pid = pid
         self.pidfd = pidfd
         self.fds = fds  # the channel's host end, stdout's and stderr's read ends
@@ -101,6 +120,36 @@ class Keeper:
         self.template_ready: dict[str, Any] = {}
         self.template: subprocess.Popen[bytes] | None = None
         self.control: socket.socket | None = None
+        board = os.path.join(os.path.dirname(path), BOARD)
+        descriptor = os.open(board, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(descriptor, SLOTS * SLOT_SIZE)
+            self.board = mmap.mmap(descriptor, SLOTS * SLOT_SIZE)
+        finally:
+            os.close(descriptor)
+
+    def read_board(self) -> None:
+        """Take what the host wrote in each held interpreter's slot into its notes."""
+        for held in self.held.values():
+            sequence, deadline, grace, limit, script, marker = SLOT.unpack_from(
+                self.board, held.slot * SLOT_SIZE
+            )
+            if sequence == 0:
+                continue  # never written: the host says what runs over the socket
+            name = script.rstrip(b"\0").decode("utf-8", "replace") if deadline else None
+            if name != held.meta.get("script"):
+                held.stopping = None
+                held.meta.pop("keeper_stop", None)
+            if name is None:
+                held.meta.update(script=None, deadline=None)
+            else:
+                held.meta.update(
+                    script=name,
+                    deadline=deadline,
+                    grace=grace,
+                    time_limit=limit,
+                    marker=marker.rstrip(b"\0").decode("ascii", "replace"),
+                )
 
     # -- start -------------------------------------------------------------------------------
 
@@ -266,6 +315,7 @@ class Keeper:
             self.host.close()
             self.host = None
         self.detached_at = time.monotonic()
+        self.read_board()
 
     def from_host(self, connection: Any) -> None:
         while True:
@@ -287,6 +337,7 @@ class Keeper:
         kind = message.get("t")
         held = self.held.get(int(message.get("k", -1)))
         if kind == "hello":
+            self.read_board()
             self.tell(
                 {
                     "t": "hello",
@@ -302,16 +353,13 @@ class Keeper:
             self.fork(int(message.get("id", 0)), message.get("request") or {})
         elif kind == "take" and held is not None:
             self.tell(
-                {"t": "taken", "k": held.k, "returncode": held.returncode},
+                {"t": "taken", "k": held.k, "slot": held.slot, "returncode": held.returncode},
                 [*held.fds, held.pidfd],
             )
         elif kind == "take":
             self.tell({"t": "taken", "k": message.get("k"), "error": "not held"})
         elif kind == "note" and held is not None and isinstance(message.get("meta"), dict):
             held.meta.update(message["meta"])
-            if "deadline" in message["meta"]:
-                held.stopping = None
-                held.meta.pop("keeper_stop", None)
         elif kind == "forget" and held is not None:
             self.drop(held)
         elif kind == "kill" and held is not None:
@@ -379,11 +427,22 @@ class Keeper:
                 os.close(fd)
             self.tell({"t": "forked", "id": host_id, "error": message.get("error", "no pidfd")})
             return
+        taken = {other.slot for other in self.held.values()}
+        slot = next((number for number in range(SLOTS) if number not in taken), None)
+        if slot is None:
+            for fd in (*ours, *fds):
+                os.close(fd)
+            self.tell({"t": "forked", "id": host_id, "error": f"it holds {SLOTS} already"})
+            return
+        self.board[slot * SLOT_SIZE : (slot + 1) * SLOT_SIZE] = bytes(SLOT_SIZE)
         self.numbers += 1
-        held = _Held(self.numbers, int(message["pid"]), fds[0], ours)
+        held = _Held(self.numbers, slot, int(message["pid"]), fds[0], ours)
         self.held[held.k] = held
         self.by_pid[held.pid] = held.k
-        self.tell({"t": "forked", "id": host_id, "k": held.k, "pid": held.pid}, [*ours, held.pidfd])
+        self.tell(
+            {"t": "forked", "id": host_id, "k": held.k, "slot": slot, "pid": held.pid},
+            [*ours, held.pidfd],
+        )
 
     def end(self, held: _Held) -> None:
         _signal(held.pidfd, signal.SIGKILL)

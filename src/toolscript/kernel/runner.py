@@ -36,7 +36,7 @@ from .streams import ScriptOutput
 from .wire import BATCH, ChannelReader, FrameError, FrameReader, encode
 
 if TYPE_CHECKING:
-    from .wire import DoneFrame, ExecFrame, SetupFrame
+    from .wire import DoneFrame, ExecFrame, HoldingFrame, SetupFrame
 
 
 class _Script:
@@ -78,6 +78,7 @@ class Kernel:
         self._wrote_alone = False
         self._quiet = False  # no start marker is needed for the next script
         self._script: _Script | None = None
+        self._last_done: DoneFrame | None = None
         self.namespace: dict[str, Any] = {
             "__name__": "__main__",
             "__builtins__": builtins,
@@ -169,7 +170,13 @@ class Kernel:
                 self._setup(message)
             elif kind == "held":
                 self.calls.flush_acks()  # what code took so far, before what it still awaits
-                self.post(encode({"t": "holding", "calls": self.calls.holding()}))
+                holding: HoldingFrame = {
+                    "t": "holding",
+                    "calls": self.calls.holding(),
+                    "running": self._current_script_id(),
+                    "done": self._last_done,
+                }
+                self.post(encode(holding))
                 self._flush()
             elif kind == "shutdown":
                 self._flush()
@@ -316,6 +323,7 @@ class Kernel:
         damage = self._own.damage()
         if damage:
             self._give_up(damage, report)
+        self._last_done = report  # said again to a host that takes this kernel back
         self.post(_encode_report(report))
         self._flush()
 

@@ -219,10 +219,13 @@ if TYPE_CHECKING:
 
     class HoldingFrame(TypedDict):
         """The answer to `held`: every call whose answer has not arrived, as its frame said
-        (`n`, `tool`, `args`, `script`)."""
+        (`n`, `tool`, `args`, `script`); the script running now, if any; the last `done`
+        sent, if any (the host before may have read it and died before it could report it)."""
 
         t: Literal["holding"]
         calls: list[dict[str, Any]]
+        running: str | None
+        done: DoneFrame | None
 
     HostFrame: TypeAlias = (
         ExecFrame | AnswerFrame | CheckFrame | BindFrame | SetupFrame | ShutdownFrame | HeldFrame
