@@ -199,6 +199,7 @@ class Runtime:
             self._journal = Journal.open(self.state_dir / "journal.sqlite3")
         else:
             self._journal = Journal.open(None)
+        self._journal.durable_ends = self.keep_interpreters
         specs = list(self._tool_specs)
         if self._mcp_config is not None:
             from .tools.mcp import MCPTools

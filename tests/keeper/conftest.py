@@ -106,6 +106,11 @@ class Hosts:
         self.shared = folder / "shared"
         self.shared.mkdir()
         self.started: list[Host] = []
+        self.watched: list[Path] = [self.state_dir]
+
+    def watch(self, state_dir: Path) -> None:
+        """Check at the end that nothing of another state directory is left running either."""
+        self.watched.append(state_dir)
 
     async def start(self, scripts: list[list[Any]], **config: Any) -> Host:
         settings = {
@@ -130,12 +135,14 @@ class Hosts:
         return host
 
     def keeper(self) -> list[int]:
-        """The pids of this state directory's keeper (none or one)."""
-        return [p.pid for p in processes_with(str(self.state_dir / "keeper.sock"))]
+        """The pids of the keepers of the state directories watched (none or one each)."""
+        return [
+            p.pid for folder in self.watched for p in processes_with(str(folder / "keeper.sock"))
+        ]
 
     def left(self) -> list[int]:
         """Processes of this test still alive: hosts, the keeper, its sandbox, kernels."""
-        pids = [p.pid for p in processes_with(str(self.state_dir))]
+        pids = [p.pid for folder in self.watched for p in processes_with(str(folder))]
         for host in self.started:
             pids += [pid for pid in host.kernels.values() if not is_gone(pid)]
             if host.process.returncode is None:

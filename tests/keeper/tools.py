@@ -9,6 +9,7 @@ with a file `entered-<key>` and never answers (its host is to be killed there).
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,12 @@ def count(shared: Path, table: str, tool_name: str, key: str) -> list[str]:
     return [row[0] for row in rows]
 
 
-def effect_tools(shared: str, *, hold: bool) -> list[Any]:
-    """`transfer` (a repeat is not safe) and `put` (idempotent, deduplicating by key)."""
+def effect_tools(shared: str, *, hold: bool, gate_for: float = 0.0) -> list[Any]:
+    """`transfer` (a repeat is not safe) and `put` (idempotent, deduplicating by key).
+
+    `gate_for`: without `hold`, each handler answers only once a gate it opens after a random
+    time up to that many seconds is open (so a host killed at a random moment may hold it)."""
+    randoms = random.Random()
 
     async def enter(name: str, key: str, context: CallContext, dedupe: bool) -> None:
         with _db(shared) as db:
@@ -48,6 +53,10 @@ def effect_tools(shared: str, *, hold: bool) -> list[Any]:
         if hold:
             (Path(shared) / f"entered-{key}").touch()
             await asyncio.Event().wait()
+        elif gate_for:
+            gate = asyncio.Event()
+            asyncio.get_running_loop().call_later(randoms.uniform(0, gate_for), gate.set)
+            await gate.wait()
 
     @tool
     async def transfer(key: str, context: CallContext) -> str:

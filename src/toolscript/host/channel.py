@@ -69,6 +69,9 @@ class Channel:
         self._tokens = random.Random(secrets.randbits(128))
         self.fault: str | None = None
         """How the kernel broke the protocol, once it has."""
+        self.taking_back = False
+        """Taken back from a keeper, and not yet answered `holding`: answers to what the host
+        before this one asked may still be in the channel, and are dropped."""
 
     @property
     def alive(self) -> bool:
@@ -244,6 +247,11 @@ class Channel:
                     # The kernel's claims, each field checked where it is read.
                     self.done.set_result(cast("wire.DoneFrame", message))
                     self._watch_end(str(message["script"]))
+            elif self.taking_back and kind in _STALE:
+                waiter = self._waiters.pop("holding", None) if kind == "holding" else None
+                if waiter is not None and not waiter.done():
+                    self.taking_back = False
+                    waiter.set_result(message)
             elif kind == "checked":
                 self._checked(message)
             elif kind in self._waiters:
@@ -359,6 +367,11 @@ class Channel:
         watch, self._watch = self._watch, None
         if watch is not None and watch.timer is not None:
             watch.timer.cancel()
+
+
+_STALE = frozenset(("ready", "bound", "set", "checked", "holding"))
+"""Frames that answer the host's requests: ones a host that is gone asked for are dropped,
+until the kernel answers the `held` of the host that took it back."""
 
 
 class _EndWatch:

@@ -250,17 +250,20 @@ class Interpreter:
                 done.set_result({"status": "killed"})  # not a crash: its time limit was up
             self._resuming = running
         host_end = await self._process.attach(forked)
+        self._channel.taking_back = True
         await self._channel.connect(host_end)
         self.runs = 1  # it has run before: no start marker is owed to a first script
         self.rebind_due = True
-        if forked.status.done():
-            return  # it ended while no host was attached: nothing waits for an answer
         try:
+            if forked.status.done():
+                return  # it ended while no host was attached: nothing waits for an answer
             holding = await self._channel.expect(
                 "holding", self.launch.start_timeout, {"t": "held"}
             )
         except InterpreterStartError:
             return  # it ended, or does not answer: its run ends as such
+        finally:
+            self._channel.taking_back = False
         frames = [call for call in holding.get("calls", []) if isinstance(call, dict)]
         journaled = self._journal.take_over_calls(f"{prefix}.{call.get('n')}" for call in frames)
         self._calls.recover(frames, journaled)

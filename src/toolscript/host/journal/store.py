@@ -16,6 +16,7 @@ import platformdirs
 from .buffer import _WriteBehind
 from .intents import (
     _call_line,
+    _end_line,
     _intent_paths,
     _IntentLog,
     _remove_intents,
@@ -145,10 +146,17 @@ class Journal(_WriteBehind):
                 self._fill()
 
     def end_script(self, script_id: str, status: str, ended_at: float) -> None:
-        """Record how a script ended (buffered; after its calls, answers and fates)."""
+        """Record how a script ended (buffered; after its calls, answers and fates). With
+        `durable_ends`, in the intent file too when this returns."""
+        intents = self._intents if self.durable_ends else None
+        line = (
+            b"" if intents is None else _end_line(next(self._sequence), script_id, status, ended_at)
+        )
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
+            if intents is not None:
+                intents.append(line)
             self._buffer.ends.append((status, ended_at, script_id))
             if not self._filled:
                 self._fill()
