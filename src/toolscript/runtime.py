@@ -1,7 +1,10 @@
 """`Runtime`: opens, owns and closes what scripts need: the journal, the tool catalogue and
-its MCP servers, the template, the pool of interpreters and the sandbox.
+its MCP servers, the template (or the keeper, which takes the template's place when
+interpreters are kept), the pool of interpreters and the sandbox.
 
 Scripts run in its shells (`toolscript.shell`); its knobs are `toolscript.config.Settings`.
+One concept, though a little over 500 lines since the keeper: what the runtime owns, and its
+life from start to close.
 """
 
 from __future__ import annotations
@@ -27,16 +30,16 @@ from .host.catalogue import ToolCatalogue
 from .host.environment import scrubbed_environment
 from .host.interpreter import Interpreter, Launch
 from .host.journal import Journal, state_dir
-from .host.keeper import Keeper, KeeperError
+from .host.keeper import Keeper
 from .host.pool import InterpreterPool
 from .host.sandbox import LEVEL_NONE, Sandbox, SandboxError
 from .host.sandbox import Mount as SandboxMount
 from .host.sandbox import prepare as prepare_sandbox
-from .host.template import Template, TemplateError, template_command
+from .host.template import Template, TemplateError
 from .results import ScriptResult
 from .shell import Shell, ShellServices
 from .tools.prompt import call_name, matching_plans, render_prompt
-from .tools.spec import ToolSpec
+from .tools.python import as_spec
 
 # `Shell` and `ScriptHandle` are also named here, where they were first defined.
 __all__ = ["Runtime", "RuntimeClosedError", "ScriptHandle", "Shell"]
@@ -124,7 +127,7 @@ class Runtime:
             reattach_window=reattach_window,
         )
         """The knobs this runtime was made with."""
-        self._tool_specs = [_as_spec(item) for item in tools]
+        self._tool_specs = [as_spec(item) for item in tools]
         self._mcp_config = mcp_config
         self._busy: LoopPoll | None = None
         self.template_failure: str | None = None
@@ -262,12 +265,11 @@ class Runtime:
     async def _start_keeper(self, base: Path) -> None:
         """Attach to this state directory's keeper, starting it if none runs: it starts the
         template, so interpreters are its, and outlive this host."""
-        if not (hasattr(os, "fork") and hasattr(os, "pidfd_open")):
-            raise KeeperError("keep_interpreters needs Linux (fork and pidfd_open)")
-        command = template_command(self.python, self.preload, self._sandbox, "{control}", kept=True)
-        keeper = await Keeper.open(
+        keeper = await Keeper.attach(
             base,
-            command,
+            self.python,
+            self.preload,
+            self._sandbox,
             scrubbed_environment(self.settings.env),
             self.reattach_window,
             self.start_timeout,
@@ -275,10 +277,7 @@ class Runtime:
         self._template = keeper
         if keeper.template_failure is not None:
             self.template_failure = keeper.template_failure
-            _log.warning(
-                "toolscript: interpreters will be started afresh and not kept: %s",
-                keeper.template_failure,
-            )
+            _log.warning("toolscript: interpreters are not kept: %s", keeper.template_failure)
 
     async def _reattach(self, keeper: Keeper) -> None:
         """Take back, by shell name, the interpreters a host that is gone left with the
@@ -550,19 +549,3 @@ class Runtime:
     def background(self) -> list[ScriptHandle]:
         """Background scripts still running."""
         return self._background.running()
-
-
-def _as_spec(item: Any) -> ToolSpec:
-    if isinstance(item, ToolSpec):
-        return item
-    spec = getattr(item, "spec", None)
-    if isinstance(spec, ToolSpec):
-        return spec
-    if callable(item):
-        from .tools.python import tool
-
-        made = tool(item)
-        made_spec = made.spec
-        assert isinstance(made_spec, ToolSpec)
-        return made_spec
-    raise TypeError(f"tools: {item!r} is not a tool, a ToolSpec or a function")

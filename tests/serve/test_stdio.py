@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import wait_for_file
+from tests.conftest import eventually, processes_with, wait_for_file
 
 from .conftest import client, notes, run, stdio_server, structured, text
 
@@ -165,3 +165,21 @@ async def test_a_client_that_abandons_a_run_stops_its_script(tmp_path: Path) -> 
         data = structured(after)
         # Had the script not been stopped, this run would have been refused: the shell busy.
         assert (data["status"], data["value"]) == ("ok", "'free'"), text(after)
+
+
+@pytest.mark.timeout(60)
+async def test_keep_interpreters_gives_the_shells_to_a_keeper_of_the_state_folder(
+    tmp_path: Path,
+) -> None:
+    server = stdio_server(tmp_path)
+    server.args.append("--keep-interpreters")
+    keeper_socket = tmp_path / "state" / "keeper.sock"
+    async with client(server) as session:
+        first = await run(session, "x = 20\nx + 1")
+        assert structured(first)["value"] == "21"
+        assert keeper_socket.is_socket()
+        assert [p.pid for p in processes_with(str(keeper_socket))]
+        assert structured(await run(session, "x * 2"))["value"] == "40"
+    await eventually(
+        lambda: not processes_with(str(keeper_socket)), 10, "the keeper outlived its server"
+    )

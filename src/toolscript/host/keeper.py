@@ -19,12 +19,16 @@ import mmap
 import os
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..kernel.keeper import BOARD, SLOT, SLOT_SIZE, SLOTS
-from .template import BOOTSTRAP, KERNEL_DIR, Forked, TemplateError
+from .template import BOOTSTRAP, KERNEL_DIR, Forked, TemplateError, template_command
+
+if TYPE_CHECKING:
+    from .sandbox import Sandbox
 
 SOCKET_NAME = "keeper.sock"
 """The keeper's socket, in the state directory."""
@@ -119,6 +123,24 @@ class Keeper:
         """Why the keeper's template did not start, if it did not."""
         self._board: mmap.mmap | None = None
         self._loop.add_reader(connection.fileno(), self._readable)
+
+    @classmethod
+    async def attach(
+        cls,
+        folder: Path,
+        python: str,
+        preload: Sequence[str],
+        sandbox: Sandbox | None,
+        env: dict[str, str],
+        window: float,
+        timeout: float,
+    ) -> Keeper:
+        """Attach to the keeper of `folder`, starting it (with a template of `python`,
+        importing `preload`, inside `sandbox` when given) if none runs. Raises `KeeperError`."""
+        if not (hasattr(os, "fork") and hasattr(os, "pidfd_open")):
+            raise KeeperError("keep_interpreters needs Linux (fork and pidfd_open)")
+        command = template_command(python, preload, sandbox, "{control}", kept=True)
+        return await cls.open(folder, command, env, window, timeout)
 
     @classmethod
     async def open(

@@ -42,6 +42,9 @@ memory, and the keeper nothing. A slot is written by one host at a time, under a
 number that is odd while it is being written.
 
 Only one host is attached at a time: a second connection is answered `busy` and closed.
+
+One concept, though a little over 500 lines: the keeper is one process, and this is all of
+it (one file of the standard library, which the host starts as `toolscript_kernel.keeper`).
 """
 
 from __future__ import annotations

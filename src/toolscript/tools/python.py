@@ -269,3 +269,17 @@ def _message(error: BaseException, with_type: bool = True) -> str:
     if not with_type:
         return text or kind
     return f"{kind}: {text}" if text else kind
+
+
+def as_spec(item: Any) -> ToolSpec:
+    """A tool given to a `Runtime` as its `ToolSpec`: a `ToolSpec`, a `@tool` function, or a
+    plain function (made a tool here). Raises `TypeError` for anything else."""
+    if isinstance(item, ToolSpec):
+        return item
+    spec = getattr(item, "spec", None)
+    if isinstance(spec, ToolSpec):
+        return spec
+    if callable(item):
+        made: ToolSpec = tool(item).spec
+        return made
+    raise TypeError(f"tools: {item!r} is not a tool, a ToolSpec or a function")
