@@ -4,7 +4,8 @@ with SIGKILL where a test says, and the processes each test must leave behind (n
 `HOST` opens a `Runtime` with `keep_interpreters=True` on the state directory it is given and
 runs the scripts it is given, one shell each, in order: `[shell, code, time_limit, wait]`
 (with `wait` false, the script is started and the next one runs beside it). It prints one
-line per event the test waits for: `result <shell> <status> <value>` when a waited-for script ends, then `kernel <shell> <pid>`.
+line per event the test waits for: `result <shell> <status> <script id> <value>` when a waited-for script ends, then
+`kernel <shell> <pid>`.
 Scripts signal the test with files in the shared folder and wait for it on FIFOs there;
 nothing here waits on time.
 """
@@ -16,6 +17,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -54,9 +56,9 @@ HOST = textwrap.dedent(
                 run = asyncio.ensure_future(rt.shell(shell).run(code, time_limit=time_limit))
                 if wait:
                     result = await run
-                    print("result", shell, result.status, result.value, flush=True)
+                    print("result", shell, result.status, result.script_id, result.value)
                     pid = rt.shell(shell)._interpreter.kernel_pid()
-                    print("kernel", shell, pid, flush=True)
+                    print("kernel", shell, pid, flush=True)  # after the result line
                 else:
                     running.append(run)
             await asyncio.gather(*running)
@@ -73,7 +75,8 @@ class Host:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
         self.kernels: dict[str, int] = {}
-        self.results: dict[str, tuple[str, str]] = {}
+        self.results: dict[str, tuple[str, str, str]] = {}
+        """By shell, the last result it printed: status, script id, value."""
 
     async def line(self, *starts: str) -> list[str]:
         """The next line that starts with one of `starts`; kernel and result lines are kept."""
@@ -88,7 +91,7 @@ class Host:
             if words[:1] == ["kernel"]:
                 self.kernels[words[1]] = int(words[2])
             elif words[:1] == ["result"]:
-                self.results[words[1]] = (words[2], " ".join(words[3:]))
+                self.results[words[1]] = (words[2], words[3], " ".join(words[4:]))
             if words[:1] and words[0] in starts:
                 return words
 
@@ -164,6 +167,18 @@ async def hosts(tmp_path: Path) -> AsyncIterator[Hosts]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     assert not left, f"processes left running: {left}"
+
+
+def keeper_notes(hosts: Hosts) -> list[dict[str, Any]]:
+    """What the keeper holds and its notes on each, asked as a host would (`hello`), then
+    detached: only while no host is attached."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as connection:
+        connection.settimeout(WAIT)
+        connection.connect(str(hosts.state_dir / "keeper.sock"))
+        connection.send(b'{"t": "hello"}')
+        hello = json.loads(connection.recv(1 << 20))
+    held: list[dict[str, Any]] = hello["held"]
+    return held
 
 
 def gate(hosts: Hosts, name: str) -> str:

@@ -6,14 +6,16 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import GRACE, SANDBOX, eventually, is_gone, wait_for_file
 from toolscript import Runtime
+from toolscript.kernel.keeper import BOARD, SLOT
 
-from .conftest import WAIT, Hosts, gate, open_gate, signal_file
+from .conftest import WAIT, Hosts, gate, keeper_notes, open_gate, signal_file
 
 
 def _runtime(hosts: Hosts, **knobs: object) -> Runtime:
@@ -151,3 +153,36 @@ async def test_the_keeper_socket_is_private_and_the_keeper_exits_with_the_runtim
             await _runtime(hosts).start()
     await eventually(lambda: is_gone(keeper), WAIT, "the keeper outlived its last host")
     assert not Path(socket_path).exists()
+
+
+@pytest.mark.timeout(60)
+async def test_a_script_whose_end_the_dead_host_read_and_never_reported_is_not_killed(
+    hosts: Hosts,
+) -> None:
+    host = await hosts.start([["main", "x = 7\nx * 6", 30, True]])
+    await host.line("kernel")
+    kernel = host.kernels["main"]
+    status, script_id, value = host.results["main"]
+    assert (status, value) == ("ok", "42")
+    # As a host that read the script's `done` and was killed before it said, on the
+    # keeper's board, that the script had ended: the board still says it runs, for 0.2 s.
+    board = (hosts.state_dir / BOARD).read_bytes()
+    sequence = SLOT.unpack_from(board, 0)[0]
+    with open(hosts.state_dir / BOARD, "r+b") as file:
+        file.write(SLOT.pack(sequence + 2, time.time() + 0.2, GRACE, 30.0, script_id.encode(), b""))
+    await host.kill()
+    # The keeper interrupts it at the deadline; the idle kernel says its last `done` again,
+    # which the keeper finds in the channel: nothing is killed.
+    await eventually(
+        lambda: keeper_notes(hosts)[0]["meta"].get("keeper_saw_done") == "again",
+        WAIT,
+        "the keeper did not see the script's end said again",
+    )
+    assert not is_gone(kernel)
+
+    async with _runtime(hosts) as rt:
+        recovered = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert recovered is not None
+        assert (recovered.status, recovered.script_id) == ("ok", script_id), recovered.text
+        after = await rt.shell("main").run("x")
+        assert (after.status, after.value, after.generation) == ("ok", "7", 1), after.text

@@ -240,6 +240,12 @@ class Channel:
                 calls = []
             if kind == "ack":
                 self.calls.ledger.acknowledged(message.get("acks", ()), message.get("seen", ()))
+            elif kind == "done" and message.get("again") is True:
+                # Said again for a keeper (`toolscript.kernel.keeper`): it ends the script it
+                # names only if that one still waits for its end here.
+                done = self.done
+                if done is not None and message.get("script") == self.script and not done.done():
+                    done.set_result(cast("wire.DoneFrame", message))
             elif kind == "done":
                 if self.done is None or message.get("script") != self.script:
                     self._stray_done(message.get("script"))

@@ -104,7 +104,7 @@ class _Held:
         self.fds = fds  # the channel's host end, stdout's and stderr's read ends
         self.meta: dict[str, Any] = {}
         self.returncode: int | None = None
-        self.stopping: str | None = None  # "interrupted", then "killed", by the keeper
+        self.stopping: str | None = None  # "interrupted", then "killed"; or "settled"
 
 
 class Keeper:
@@ -227,7 +227,11 @@ class Keeper:
         due = [self.detached_at + self.window - now] if self.detached_at is not None else []
         for held in self.held.values():
             deadline = held.meta.get("deadline")
-            if held.returncode is None and isinstance(deadline, (int, float)):
+            if (
+                held.returncode is None
+                and held.stopping in (None, "interrupted")
+                and isinstance(deadline, (int, float))
+            ):
                 grace = float(held.meta.get("grace", 1.0))
                 at = deadline if held.stopping is None else deadline + grace
                 due.append(at - wall)
@@ -247,28 +251,39 @@ class Keeper:
                 continue
             grace = float(held.meta.get("grace", 1.0))
             if held.stopping is None and wall >= deadline:
-                if self.script_said_done(held):
-                    held.meta["deadline"] = None
+                if self.settled(held):
                     continue
                 held.stopping = "interrupted"
                 held.meta["keeper_stop"] = "interrupted"
                 _signal(held.pidfd, signal.SIGINT)
             elif held.stopping == "interrupted" and wall >= deadline + grace:
-                if self.script_said_done(held):
-                    held.meta["deadline"] = None
+                if self.settled(held):
                     continue
                 held.stopping = "killed"
                 held.meta["keeper_stop"] = "killed"
                 _signal(held.pidfd, signal.SIGKILL)
 
-    def script_said_done(self, held: _Held) -> bool:
-        """Whether the channel holds, unread, the running script's `done`: looked at, never
+    def settled(self, held: _Held) -> bool:
+        """Whether the running script's `done` waits in the channel: then it ended, and no
+        stop is owed. A `done` said again (`again`) is of a script that ended before the
+        keeper's interrupt, which stopped nothing: the next host is told so."""
+        done = self.script_said_done(held)
+        if done is None:
+            return False
+        held.stopping = "settled"
+        held.meta["keeper_saw_done"] = "again" if done.get("again") else "done"
+        if done.get("again"):
+            held.meta.pop("keeper_stop", None)
+        return True
+
+    def script_said_done(self, held: _Held) -> dict[str, Any] | None:
+        """The running script's `done`, if the channel holds it unread: looked at, never
         taken (the host reads it when it comes back)."""
         script = held.meta.get("script")
         try:
             data = socket.socket(fileno=os.dup(held.fds[0]))
         except OSError:
-            return False
+            return None
         try:
             waiting = data.recv(1 << 22, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except OSError:
@@ -283,9 +298,9 @@ class Keeper:
                 break
             frame = _decode(body)
             if frame is not None and frame.get("t") == "done" and frame.get("script") == script:
-                return True
+                return frame
             at += 4 + size
-        return False
+        return None
 
     # -- the host ----------------------------------------------------------------------------
 

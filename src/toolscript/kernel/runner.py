@@ -79,6 +79,8 @@ class Kernel:
         self._quiet = False  # no start marker is needed for the next script
         self._script: _Script | None = None
         self._last_done: DoneFrame | None = None
+        self.kept = False
+        """Whether a keeper holds this kernel (`toolscript.kernel.keeper`)."""
         self.namespace: dict[str, Any] = {
             "__name__": "__main__",
             "__builtins__": builtins,
@@ -388,6 +390,11 @@ class Kernel:
             self._give_up(damage)
         script = self._script
         if script is None or script.finished:
+            if self.kept and self._last_done is not None:
+                # A keeper stops only a script its board says runs: the host that ran it read
+                # its `done` and died before it could say so. Said again, for the keeper to
+                # see in the channel and for the next host to read.
+                self.loop.call_soon_threadsafe(self._say_done_again)
             return  # a stray interrupt: no script is running
         if script.stop_reason is None:
             script.stop_reason = "stopped"
@@ -401,6 +408,11 @@ class Kernel:
             self.loop.call_soon(self._cancel_script)
             return
         raise KeyboardInterrupt
+
+    def _say_done_again(self) -> None:
+        if self._last_done is not None:
+            self.post(_encode_report({**self._last_done, "again": True}))
+            self._flush()
 
     # -- tools -------------------------------------------------------------------------------
 

@@ -225,6 +225,7 @@ def _become_sandboxed_kernel(
     from .runner import Kernel
 
     kernel = Kernel(socket.socket(fileno=channel), init=init_socket)
+    kernel.kept = _kept
     import_preload(request.get("preload", []))
     kernel.serve()
 
@@ -267,7 +268,9 @@ def _become_kernel(
     apply_limits(request.get("limits", {}))
     from .runner import Kernel
 
-    Kernel(socket.socket(fileno=channel)).serve()
+    kernel = Kernel(socket.socket(fileno=channel))
+    kernel.kept = _kept
+    kernel.serve()
 
 
 def _reap(control: socket.socket) -> None:

@@ -216,6 +216,9 @@ if TYPE_CHECKING:
         broken: str
         """The kernel's own descriptors were broken, in words; it is ended."""
         threads_left: int
+        again: bool
+        """The kernel says its last `done` again, for a kept kernel's new host: a host that
+        saw it already ignores it."""
 
     class HoldingFrame(TypedDict):
         """The answer to `held`: every call whose answer has not arrived, as its frame said
