@@ -23,11 +23,12 @@ if TYPE_CHECKING:
     from .runtime import Runtime, RuntimeClosedError
     from .shell import Shell
     from .tools.python import Tool, tool
-    from .tools.spec import ToolAnnotations, ToolSpec
+    from .tools.spec import CallContext, ToolAnnotations, ToolSpec
 
 # Each public name loads its module when it is first asked for: `toolscript --help`, or a
 # command that runs no script, does not pay for the whole runtime.
 _WHERE = {
+    "CallContext": "tools.spec",
     "CallRecord": "results",
     "CallReport": "results",
     "Journal": "host.journal",
@@ -47,6 +48,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "CallContext",
     "CallRecord",
     "CallReport",
     "Journal",

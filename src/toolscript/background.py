@@ -215,7 +215,7 @@ class BackgroundScripts:
         try:
             try:
                 interpreter = await pool.acquire()
-                await interpreter.adopt(shell, 1, services.folder(shell))
+                await interpreter.adopt(shell, 1, services.folder(shell), background=True)
             except (CapReached, InterpreterStartError) as error:
                 if interpreter is not None:
                     await interpreter.kill()

@@ -83,6 +83,10 @@ class Settings:
     """A host folder every shell works in, read-write; None: a private folder per shell."""
     check: str = "warn"
     """The check before running: "warn" (findings first in the text), "refuse" or "off"."""
+    keep_interpreters: bool = False
+    """Have a keeper process own the interpreters, so shells outlive a host that dies."""
+    reattach_window: float = 60.0
+    """Seconds a keeper holds a dead host's interpreters for the next host to take back."""
     _mounts: tuple[Mount, ...] = field(init=False, repr=False, compare=False)
     # `mounts` checked and resolved once, when the settings are made (as the runtime did).
 
@@ -102,6 +106,7 @@ class Settings:
         if type(self.text_limit) is not int or self.text_limit < 1000:
             raise ValueError("text_limit must be a whole number of characters, at least 1000")
         positive_seconds("queue_timeout", self.queue_timeout)
+        positive_seconds("reattach_window", self.reattach_window)
         if type(self.busy_poll) not in (int, float) or not 0 <= self.busy_poll <= 0.01:
             raise ValueError("busy_poll must be a number of seconds from 0 to 0.01")
         positive_seconds("idle_timeout", self.idle_timeout, allow_none=True)

@@ -40,6 +40,7 @@ _CAUSE_WORDS = {
     "interpreter_gone": "the interpreter was gone",
     "tool_timeout": "the host gave up at the tool's timeout",
     "source_gone": "the tool's server stopped",
+    "in_doubt": "the host restarted while it was in flight",
 }
 
 
@@ -340,6 +341,8 @@ def describe_call(record: CallRecord) -> str:
             why = "the host gave up waiting at the tool's timeout"
         elif record.cause == "source_gone":
             why = "the tool's server stopped while the call was in flight"
+        elif record.cause == "in_doubt":
+            why = "the host restarted while it was in flight (the script got ToolError)"
         elif record.cause == "interpreter_gone":
             why = "the interpreter died before an answer came"
         elif cause:

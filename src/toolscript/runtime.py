@@ -1,7 +1,10 @@
 """`Runtime`: opens, owns and closes what scripts need: the journal, the tool catalogue and
-its MCP servers, the template, the pool of interpreters and the sandbox.
+its MCP servers, the template (or the keeper, which takes the template's place when
+interpreters are kept), the pool of interpreters and the sandbox.
 
 Scripts run in its shells (`toolscript.shell`); its knobs are `toolscript.config.Settings`.
+One concept, though a little over 500 lines since the keeper: what the runtime owns, and its
+life from start to close.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from .host.checker import ScriptChecker
 from .host.environment import interpreter_environment, scrubbed_environment
 from .host.interpreter import Interpreter, Launch
 from .host.journal import Journal, state_dir
+from .host.keeper import Keeper
 from .host.pool import InterpreterPool
 from .host.sandbox import LEVEL_NONE, Sandbox, SandboxError
 from .host.sandbox import Mount as SandboxMount
@@ -94,6 +98,8 @@ class Runtime:
         mounts: Mapping[str | Path, str] | None = None,
         workdir: str | Path | None = None,
         check: str = _DEFAULT.check,
+        keep_interpreters: bool = _DEFAULT.keep_interpreters,
+        reattach_window: float = _DEFAULT.reattach_window,
     ) -> None:
         self.settings = Settings(
             python=python or sys.executable,
@@ -124,6 +130,8 @@ class Runtime:
             mounts=mounts or {},
             workdir=workdir,
             check=check,
+            keep_interpreters=keep_interpreters,
+            reattach_window=reattach_window,
         )
         """The knobs this runtime was made with."""
         self._tool_specs = [as_spec(item) for item in tools]
@@ -131,7 +139,7 @@ class Runtime:
         self._busy: LoopPoll | None = None
         self.template_failure: str | None = None
         """Why interpreters are started afresh instead of forked from the template, if so."""
-        self._template: Template | None = None
+        self._template: Template | Keeper | None = None
         self._template_start: asyncio.Task[None] | None = None
         self._pool: InterpreterPool | None = None
         self._background = BackgroundScripts()
@@ -173,6 +181,8 @@ class Runtime:
     state_dir = Knob["Path | None"]()
     workdir = Knob["Path | None"]()
     check = Knob[str]()
+    keep_interpreters = Knob[bool]()
+    reattach_window = Knob[float]()
 
     @property
     def sandbox_mode(self) -> str:
@@ -203,6 +213,7 @@ class Runtime:
             self._journal = Journal.open(self.state_dir / "journal.sqlite3")
         else:
             self._journal = Journal.open(None)
+        self._journal.durable_ends = self.keep_interpreters
         specs = list(self._tool_specs)
         if self._mcp_config is not None:
             from .tools.mcp import MCPTools
@@ -214,14 +225,26 @@ class Runtime:
             specs.extend(self._mcp.specs())
             self._mcp.set_on_change(self._tools_changed)
         self._catalogue = ToolCatalogue(specs, self.tool_timeout, self.mcp_failures)
-        self._workdir = Path(tempfile.mkdtemp(prefix="toolscript-"))
+        if self.keep_interpreters:
+            # The kept interpreters' folders outlive this host: they live where the next
+            # host on this state directory finds them.
+            self._workdir = base / "shells"
+            self._workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            self._workdir = Path(tempfile.mkdtemp(prefix="toolscript-"))
         try:
             await self._prepare_sandbox()
         except BaseException:
             await self._close_services()
             raise
         self._busy = busypoll.attach(self.busy_poll)
-        if self.fork and hasattr(os, "fork") and hasattr(os, "pidfd_open"):
+        if self.keep_interpreters:
+            try:
+                await self._start_keeper(base)
+            except BaseException:
+                await self._close_services()
+                raise
+        elif self.fork and hasattr(os, "fork") and hasattr(os, "pidfd_open"):
             self._template_start = asyncio.get_running_loop().create_task(self._start_template())
         elif self.fork:
             self.template_failure = "this system cannot fork from a template"
@@ -247,8 +270,51 @@ class Runtime:
             checker=self._checker,
         )
         self._started = True
+        if isinstance(self._template, Keeper):
+            await self._reattach(self._template)
         self._pool.fill()
         return self
+
+    async def _start_keeper(self, base: Path) -> None:
+        """Attach to this state directory's keeper, starting it if none runs: it starts the
+        template, so interpreters are its, and outlive this host."""
+        keeper = await Keeper.attach(
+            base,
+            self.python,
+            self.preload,
+            self._sandbox,
+            scrubbed_environment(self.settings.env),
+            self.reattach_window,
+            self.start_timeout,
+        )
+        self._template = keeper
+        if keeper.template_failure is not None:
+            self.template_failure = keeper.template_failure
+            _log.warning("toolscript: interpreters are not kept: %s", keeper.template_failure)
+
+    async def _reattach(self, keeper: Keeper) -> None:
+        """Take back, by shell name, the interpreters a host that is gone left with the
+        keeper; end the ones no shell had (warm ones, background scripts')."""
+        assert self._pool is not None and self._catalogue is not None
+        assert self._journal is not None
+        for held in keeper.held:
+            name = held.shell
+            if name is None:
+                keeper.kill(held.k)
+                continue
+            try:
+                forked = await keeper.take(held.k, self.start_timeout)
+            except TemplateError as error:
+                _log.warning("toolscript: shell %s could not be taken back: %s", name, error)
+                keeper.kill(held.k)
+                continue
+            interpreter = Interpreter(
+                self._launch(), self._catalogue, self._journal, name, held.generation
+            )
+            running = held.running(self.grace)
+            await interpreter.reattach(forked, held.prefix, running)
+            self._pool.count_live()
+            self.shell(name).reattach(interpreter, running)
 
     async def _prepare_sandbox(self) -> None:
         """Make this runtime's sandbox, or say why there is none (refuse if it is required)."""
@@ -261,8 +327,8 @@ class Runtime:
             mounts.append(SandboxMount(str(workdir), str(workdir), writable=True))
         assert self._workdir is not None
         head = headstart.claim(self.python, dict(self.settings.env), mounts, self.network)
-        if head is not None and self.fork:
-            head.abandon()  # interpreters come from the runtime's own template
+        if head is not None and (self.fork or self.keep_interpreters):
+            head.abandon()  # interpreters come from the runtime's own template, or a keeper's
         elif head is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir, self._sandbox, self._head_start = head.shells_root, head.sandbox, head
@@ -371,7 +437,9 @@ class Runtime:
             self._template_start.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._template_start
-        if self._template is not None:
+        if isinstance(self._template, Keeper):
+            await self._template.detach_and_wait()
+        elif self._template is not None:
             await self._template.close()
         await self._close_services()
 
@@ -390,7 +458,7 @@ class Runtime:
             self._busy = None
         if self._sandbox is not None:
             self._sandbox.close()
-        if self._workdir is not None:
+        if self._workdir is not None and not self.keep_interpreters:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
     async def __aenter__(self) -> Runtime:

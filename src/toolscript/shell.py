@@ -28,6 +28,7 @@ from .host.interpreter import (
     Outcome,
 )
 from .host.journal import Journal
+from .host.keeper import RunningScript
 from .host.pool import CapReached, InterpreterPool
 from .results import (
     ScriptResult,
@@ -83,6 +84,47 @@ class Shell:
         self._told_uncertain = False
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_ended = 0.0
+        self._recovered: asyncio.Task[ScriptResult] | None = None
+
+    def reattach(self, interpreter: Interpreter, running: RunningScript | None) -> None:
+        """Take back an interpreter a keeper held for a host that is gone, with its
+        generation; with the script it was `running`, which this shell then follows to its
+        end (`recovered()`)."""
+        self._interpreter = interpreter
+        self.generation = interpreter.generation
+        if running is None:
+            self._arm_idle_timer()
+            return
+        self._running = running.script_id
+        self._ended = asyncio.Event()
+        self._recovered = asyncio.get_running_loop().create_task(self._follow(interpreter, running))
+
+    async def recovered(self) -> ScriptResult | None:
+        """The result of the script a host that is gone had started in this shell and a keeper
+        kept running, once it ends; None if there was none. Its end is journaled too."""
+        if self._recovered is None:
+            return None
+        return await asyncio.shield(self._recovered)
+
+    async def _follow(self, interpreter: Interpreter, running: RunningScript) -> ScriptResult:
+        started = time.monotonic()
+        try:
+            outcome = await interpreter.resume()
+            notes = [
+                "The host restarted while this script ran; the interpreter was kept, and "
+                "the script went on."
+            ]
+            result = self._conclude(
+                running.script_id, interpreter, outcome, running.time_limit, started, notes
+            )
+            if self._interpreter is not interpreter:
+                await self._drop(interpreter, close=False)
+            return result
+        finally:
+            self._running = None
+            if self._ended is not None:
+                self._ended.set()
+            self._arm_idle_timer()
 
     @property
     def busy(self) -> bool:
@@ -298,7 +340,7 @@ class Shell:
         interpreter = self._interpreter
         if interpreter is not None and interpreter.alive:
             catalogue = self._services.catalogue()
-            if interpreter.catalogue is not catalogue:
+            if interpreter.catalogue is not catalogue or interpreter.rebind_due:
                 try:
                     await interpreter.rebind(catalogue)  # an MCP server's tools changed
                 except InterpreterStartError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -486,3 +487,16 @@ errors
     crash, image = sorted(result.calls.records, key=lambda record: record.made_at)
     assert (crash.fate, crash.cause) == ("pending", "source_gone")
     assert (image.fate, image.is_error) == ("seen", True)
+
+
+@pytest.mark.parametrize("server", SERVERS)
+async def test_every_call_sends_its_idempotency_key_in_the_requests_meta(
+    rt: Runtime, server: str
+) -> None:
+    code = f"[await {server}.request_meta(), await {server}.request_meta()]"
+    result = await run(rt, code)
+    assert result.status == "ok", result.text
+    first, second = (json.loads(said) for said in ast.literal_eval(result.value or "[]"))
+    keys = [first.get("idempotencyKey"), second.get("idempotencyKey")]
+    assert all(isinstance(key, str) and key.startswith(f"{result.script_id}.") for key in keys)
+    assert keys[0] != keys[1], keys

@@ -17,6 +17,7 @@ The low-level server takes raw JSON Schemas, which is how a tool gets parameters
     client_capabilities()      the capabilities the client declared
     header(name)               an HTTP request header as the server received it ("" on stdio)
     to_stderr(text)            writes `text` to stderr
+    request_meta()             the request's `_meta`, as JSON
 
 Run over stdio:           python demo_server.py [--linger] [--pid-file F]
 Run over streamable HTTP: python demo_server.py --http
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import os
 import signal
 import socket
@@ -117,6 +119,11 @@ TOOLS: list[types.Tool] = [
         name="header",
         description="An HTTP request header.",
         input_schema=_schema({"name": {"type": "string"}}, ["name"]),
+    ),
+    types.Tool(
+        name="request_meta",
+        description="The request's _meta.",
+        input_schema=_schema({}),
     ),
     types.Tool(
         name="to_stderr",
@@ -231,6 +238,10 @@ async def call_tool(
         request = ctx.request
         headers = getattr(request, "headers", None)
         return _text("" if headers is None else headers.get(args["name"], ""))
+    if name == "request_meta":
+        meta = params.meta
+        dumped = meta if isinstance(meta, dict) else getattr(meta, "model_dump", dict)()
+        return _text(json.dumps(dumped or {}, default=str))
     if name == "to_stderr":
         sys.stderr.write(args["text"] + "\n")
         sys.stderr.flush()

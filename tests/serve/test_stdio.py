@@ -13,7 +13,7 @@ import anyio
 import mcp.types as types
 import pytest
 
-from tests.conftest import wait_for_file
+from tests.conftest import eventually, processes_with, wait_for_file
 
 from .conftest import client, notes, run, stdio_server, structured, text
 
@@ -231,3 +231,20 @@ async def test_images_a_script_shows_reach_the_client_as_image_content(tmp_path:
         "image/png",
         "image/png",
     ]
+
+
+async def test_keep_interpreters_gives_the_shells_to_a_keeper_of_the_state_folder(
+    tmp_path: Path,
+) -> None:
+    server = stdio_server(tmp_path)
+    server.args.append("--keep-interpreters")
+    keeper_socket = tmp_path / "state" / "keeper.sock"
+    async with client(server) as session:
+        first = await run(session, "x = 20\nx + 1")
+        assert structured(first)["value"] == "21"
+        assert keeper_socket.is_socket()
+        assert [p.pid for p in processes_with(str(keeper_socket))]
+        assert structured(await run(session, "x * 2"))["value"] == "40"
+    await eventually(
+        lambda: not processes_with(str(keeper_socket)), 10, "the keeper outlived its server"
+    )

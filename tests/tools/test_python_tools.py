@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime
 import inspect
 import threading
@@ -12,10 +13,12 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
+from toolscript import CallContext
 from toolscript.kernel.binding import bind
 from toolscript.tools.binding import plan_for
+from toolscript.tools.prompt import render_prompt
 from toolscript.tools.python import Tool, tool
-from toolscript.tools.spec import SourceGone, ToolFailure, ToolOutcome
+from toolscript.tools.spec import SourceGone, ToolFailure, ToolOutcome, current_call
 from toolscript.tools.validation import ArgumentValidator
 
 
@@ -248,3 +251,20 @@ async def test_a_python_tool_binds_at_top_level_and_validates_against_its_schema
     assert calls == [("send_message", {"channel_id": "c"}, None)]
     validator = ArgumentValidator(send_message.spec.input_schema, plan)
     assert validator.validate({"channel_id": "c", "extra": 1}) == "unknown argument 'extra'"
+
+
+async def test_a_call_context_parameter_is_filled_by_the_host_and_is_not_an_argument() -> None:
+    @tool(idempotent=True)
+    async def store(key: str, context: CallContext) -> str:
+        """Store under a key, once per idempotency key."""
+        return f"{key} {context.idempotency_key} {context.repeated}"
+
+    assert set(store.spec.input_schema["properties"]) == {"key"}
+    assert store.spec.input_schema.get("required") == ["key"]
+    assert store.spec.repeat_is_safe
+    assert "context" not in render_prompt([plan_for(store.spec)])
+
+    context = contextvars.copy_context()
+    context.run(current_call.set, ("ab12-3.7", "main:5f", True))  # as the dispatcher does
+    outcome = await asyncio.create_task(store.handle({"key": "k"}), context=context)
+    assert outcome == ToolOutcome(value="k main:5f.7 True")

@@ -140,6 +140,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     options.add_journal(parser)
     options.add_sandbox(parser)
     options.add_check(parser)
+    options.add_keep_interpreters(parser)
     parser.set_defaults(run=agent_command)
 
 
@@ -180,7 +181,8 @@ def agent_command(args: argparse.Namespace) -> int:
 
     model, base_url, as_json, journal = args.model, args.base_url, args.as_json, args.journal
     check_provider(model, base_url)
-    knobs = options.sandbox_knobs(args) | {"check": args.check}
+    knobs = options.sandbox_knobs(args)
+    knobs |= {"check": args.check, "keep_interpreters": args.keep_interpreters}
     mcp_config = options.mcp_config(args.mcp_config)
 
     from ..agent import Agent, ExecutionControl, InvalidControl

@@ -125,6 +125,17 @@ def add_check(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_keep_interpreters(parser: argparse.ArgumentParser) -> None:
+    """`--keep-interpreters`."""
+    parser.add_argument(
+        "--keep-interpreters",
+        action="store_true",
+        help="Have a keeper process own the interpreters, so that shells, their variables "
+        "and running scripts outlive this process if it dies; the next one on the same state "
+        "folder takes them back.",
+    )
+
+
 def load_tools(references: list[str] | None) -> list[Any]:
     """Import each `MODULE:ATTR` of `--tools` (one tool or a list of them)."""
     if not references:

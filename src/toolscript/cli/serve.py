@@ -105,6 +105,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     options.add_journal(parser)
     options.add_sandbox(parser)
     options.add_check(parser)
+    options.add_keep_interpreters(parser)
     parser.set_defaults(run=serve_command)
 
 
@@ -116,7 +117,8 @@ def serve_command(args: argparse.Namespace) -> int:
     from ..serve.auth import TokenFileError, load_or_create_token
     from ..serve.hosts import HostCheck
 
-    knobs = options.sandbox_knobs(args) | {"check": args.check}
+    knobs = options.sandbox_knobs(args)
+    knobs |= {"check": args.check, "keep_interpreters": args.keep_interpreters}
     mcp_config = options.mcp_config(args.mcp_config)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="toolscript: %(message)s")
     specs = options.load_tools(args.tools)

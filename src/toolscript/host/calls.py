@@ -164,9 +164,21 @@ class CallLedger:
         self._journal = journal
         self._calls: dict[int, _Call] = {}
         self._next = 1  # the number the next call frame must carry
+        self._taken_back = False  # calls before this host's are the other host's to check
         self._script: str | None = None
         self._tally: _Tally | None = None
         self._between = _Tally()
+
+    @property
+    def prefix(self) -> str:
+        """What its calls' ids start with: `<token>-<generation>`."""
+        return self._prefix
+
+    def continue_numbering(self) -> None:
+        """Take the next call's number from its frame: another host saw the calls before
+        (a kernel taken back from a keeper), so the count goes on from where it was."""
+        self._next = 0
+        self._taken_back = True
 
     @property
     def in_flight(self) -> int:
@@ -200,7 +212,7 @@ class CallLedger:
                 tool = frame.get("tool")
                 if type(n) is not int or type(tool) is not str:
                     raise ValueError("a call frame without a number and a tool name")
-                if n != self._next:
+                if n != self._next and (self._next != 0 or n < 1):
                     raise ProtocolViolation(
                         f"a call numbered {_number(n)} came where call {self._next} was due "
                         "(the interpreter numbers its calls one after another)"
@@ -234,6 +246,36 @@ class CallLedger:
             self._journal.record_calls(starts)
         return todo
 
+    def recovered(
+        self, frames: list[dict[str, Any]], journaled: set[str]
+    ) -> list[tuple[int, _Call, dict[str, Any]]]:
+        """Register calls a host that is gone may have read (their frames as the kernel sent
+        them again), outside the order of numbers; journal those whose ids are not in
+        `journaled`. Returns `(n, call, args)` for each, as `made` does."""
+        starts: list[StartRow] = []
+        todo: list[tuple[int, _Call, dict[str, Any]]] = []
+        made_at = time.time()
+        for frame in frames:
+            n, tool, args = frame.get("n"), frame.get("tool"), frame.get("args")
+            if type(n) is not int or type(tool) is not str or type(args) is not dict:
+                raise ValueError("a held call without a number, a tool name and arguments")
+            if n in self._calls:
+                continue  # read again from the channel by this host: dispatched already
+            script = frame.get("script")
+            script_id = script if script == self._script and script is not None else None
+            call = _Call(f"{self._prefix}.{n}", tool, brief(args), script_id, made_at)
+            self._calls[n] = call
+            tally = self._tally if script_id is not None and self._tally is not None else None
+            tally = tally or self._between
+            call.before_start = tally is self._between
+            tally.made += 1
+            tally.open[n] = call
+            if call.id not in journaled:
+                starts.append((call.id, script_id, self._shell, tool, call.args_brief, made_at))
+            todo.append((n, call, args))
+        self._journal.record_calls(starts)
+        return todo
+
     def tool_of(self, n: int) -> str:
         """The tool that call `n` is for, while the ledger holds the call."""
         call = self._calls.get(n)
@@ -255,6 +297,8 @@ class CallLedger:
             if call is not None:
                 call.host_cause = host_cause
                 call.answer_sent = True
+                if host_cause == "in_doubt":
+                    self._journal.mark_in_doubt([call.id])
             return
         self.answered_all([(n, is_error, value)])
 
@@ -311,6 +355,8 @@ class CallLedger:
         `ProtocolViolation` if it was never made or was acknowledged already."""
         call = self._calls.get(n)
         if call is None:
+            if self._taken_back and type(n) is int and (self._next == 0 or 0 < n < self._next):
+                return None  # a call the host before this one answered, or this one settled
             if not 0 < n < self._next:
                 raise ProtocolViolation(
                     f"the kernel said the answer of call {_number(n)} was {claim}, but no such "

@@ -26,8 +26,9 @@ class Answer:
     """What the host tells the kernel about one call, and what the ledger records.
 
     `kind` is `value`, `error` (the tool's own error), `refused` (never dispatched),
-    `tool_timeout` (the host gave up on the handler) or `source_gone` (the tool's server died
-    with the call in flight).
+    `tool_timeout` (the host gave up on the handler), `source_gone` (the tool's server died
+    with the call in flight) or `in_doubt` (the host restarted while it was in flight, and the
+    tool does not say a repeat is safe).
     """
 
     kind: str
@@ -38,7 +39,16 @@ class Answer:
         if self.kind == "value":
             return {"t": "answer", "n": n, "ok": True, "value": self.value}
         error = "ToolTimeout" if self.kind == "tool_timeout" else "ToolError"
-        return {"t": "answer", "n": n, "ok": False, "error": error, "message": self.message}
+        frame: wire.AnswerFrame = {
+            "t": "answer",
+            "n": n,
+            "ok": False,
+            "error": error,
+            "message": self.message,
+        }
+        if self.kind == "in_doubt":
+            frame["cause"] = "in_doubt"
+        return frame
 
 
 class ToolCatalogue:
@@ -86,6 +96,11 @@ class ToolCatalogue:
     @property
     def specs(self) -> list[ToolSpec]:
         return list(self._specs.values())
+
+    def repeat_is_safe(self, key: str) -> bool:
+        """Whether the tool says calling it again does no more harm than once."""
+        spec = self._specs.get(key)
+        return spec is not None and spec.repeat_is_safe
 
     def prompt(self, matching: str | None = None) -> str:
         """The stubs (of the tools `matching` finds, when given), then a comment line for

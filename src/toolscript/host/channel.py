@@ -75,6 +75,9 @@ class Channel:
         """The running script's images, once it has shown one."""
         self.image_bounds = (8, 5_000_000)
         """`max_images` and `image_limit` of each script's images."""
+        self.taking_back = False
+        """Taken back from a keeper, and not yet answered `holding`: answers to what the host
+        before this one asked may still be in the channel, and are dropped."""
 
     @property
     def alive(self) -> bool:
@@ -258,6 +261,12 @@ class Channel:
                 calls = []
             if kind == "ack":
                 self.calls.ledger.acknowledged(message.get("acks", ()), message.get("seen", ()))
+            elif kind == "done" and message.get("again") is True:
+                # Said again for a keeper (`toolscript.kernel.keeper`): it ends the script it
+                # names only if that one still waits for its end here.
+                done = self.done
+                if done is not None and message.get("script") == self.script and not done.done():
+                    done.set_result(cast("wire.DoneFrame", message))
             elif kind == "done":
                 if self.done is None or message.get("script") != self.script:
                     self._stray_done(message.get("script"))
@@ -265,6 +274,11 @@ class Channel:
                     # The kernel's claims, each field checked where it is read.
                     self.done.set_result(cast("wire.DoneFrame", message))
                     self._watch_end(str(message["script"]))
+            elif self.taking_back and kind in _STALE:
+                waiter = self._waiters.pop("holding", None) if kind == "holding" else None
+                if waiter is not None and not waiter.done():
+                    self.taking_back = False
+                    waiter.set_result(message)
             elif kind == "checked":
                 self._checked(message)
             elif kind == "image":
@@ -389,6 +403,11 @@ class Channel:
         watch, self._watch = self._watch, None
         if watch is not None and watch.timer is not None:
             watch.timer.cancel()
+
+
+_STALE = frozenset(("ready", "bound", "set", "checked", "holding"))
+"""Frames that answer the host's requests: ones a host that is gone asked for are dropped,
+until the kernel answers the `held` of the host that took it back."""
 
 
 class _EndWatch:

@@ -6,7 +6,13 @@ this command before the host has imported anything heavy.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .sandbox import Sandbox
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernel"
 
@@ -28,3 +34,17 @@ BOOTSTRAP = (
 def kernel_command(python: str, entry: str, *args: str) -> list[str]:
     """The command line that runs `toolscript_kernel.<entry>.main(args)` under `python`."""
     return [python, "-I", "-c", BOOTSTRAP, str(KERNEL_DIR), entry, *args]
+
+
+def template_command(
+    python: str, preload: Sequence[str], sandbox: Sandbox | None, control: str, *, kept: bool
+) -> list[str]:
+    """The command that starts a template whose control socket is descriptor `control`;
+    `kept`: a keeper starts it, and its unconfined kernels die with it."""
+    settings: dict[str, Any] = {"preload": list(preload)}
+    if sandbox is not None:
+        settings["sandbox"] = sandbox.template_config()
+    if kept:
+        settings["kept"] = True
+    command = kernel_command(python, "template", control, json.dumps(settings))
+    return sandbox.command(command) if sandbox is not None else command

@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..kernel import wire
+from ..tools.spec import CallIdentity, current_call
 from . import codec
 from .calls import CallLedger
 from .catalogue import Answer, ToolCatalogue, Waiting
+from .journal import JournalCall
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -24,7 +27,7 @@ _EAGER = sys.version_info >= (3, 12)
 """Whether tasks can run their first step at once (`eager_start`, Python 3.12)."""
 _EAGER_START: dict[str, Any] = {"eager_start": True}
 
-_HOST_CAUSES = ("tool_timeout", "source_gone")
+_HOST_CAUSES = ("tool_timeout", "source_gone", "in_doubt")
 """The answers that are the host's own word that it gave up, not the handler's."""
 
 
@@ -50,7 +53,7 @@ class Dispatcher:
 
     def dispatch(self, frames: list[wire.Message]) -> None:
         """Record call frames, refuse the ones the catalogue rejects, answer the rest."""
-        todo: list[tuple[int, str, dict[str, Any]]] = []
+        todo: list[_Todo] = []
         for n, call, args in self.ledger.made(frames):
             key = call.tool
             problem = self.catalogue.check(key, args)
@@ -58,15 +61,60 @@ class Dispatcher:
                 self.ledger.refuse(n, problem)
                 self.channel.send(Answer("refused", message=problem).to_frame(n))
                 continue
-            todo.append((n, key, args))
+            todo.append((n, key, args, (call.id, call.script, False)))
         if todo:
             # Its first step runs now where tasks can start eagerly (3.12): handlers that
             # need no wait answer before this returns, without a pass of the event loop.
             self._answer_soon(todo, 0, eager=_EAGER)
 
-    def _answer_soon(
-        self, todo: list[tuple[int, str, dict[str, Any]]], start: int, eager: bool
-    ) -> None:
+    # Goal: after a restart, every call the kernel still waits on gets exactly one truthful
+    # answer, and no call runs twice unless its tool says a repeat is safe. What fails:
+    # dispatching them all again (a transfer made twice), or answering them all "unknown"
+    # (a call the old host never read would never run at all). What we do: the kernel says
+    # which calls it still waits on (`held`), and the journal, which records every call
+    # before it is dispatched, says how far the old host got with each:
+    # - not journaled: the old host never dispatched it (it never read the frame, or died
+    #   before it could record it): dispatched now, as usual; its effect had not begun;
+    # - journaled with an answer: the tool ran and answered, but the answer never reached the
+    #   kernel: the script is told so, with the answer as the journal kept it;
+    # - journaled without an answer: in doubt, it may have taken effect. A tool that says a
+    #   repeat is safe (`idempotent`, `read_only`) gets it again, with the same idempotency
+    #   key; any other is answered `ToolError` with cause `in_doubt`, and the journal and the
+    #   result keep it uncertain.
+
+    def recover(self, frames: list[dict[str, Any]], journaled: Mapping[str, JournalCall]) -> None:
+        """Answer the calls a kernel taken back from a keeper still waits on (`frames`, as it
+        sent them again), given what the journal holds of them, by call id."""
+        todo: list[_Todo] = []
+        for n, call, args in self.ledger.recovered(frames, set(journaled)):
+            before = journaled.get(call.id)
+            key = call.tool
+            problem = self.catalogue.check(key, args)
+            if problem is not None:
+                self.ledger.refuse(n, problem)
+                self.channel.send(Answer("refused", message=problem).to_frame(n))
+            elif before is None:
+                todo.append((n, key, args, (call.id, call.script, False)))
+            elif before.answered_at is not None:
+                said = before.answer_brief or ""
+                message = (
+                    f"{key}: the tool ran and answered, but the host restarted before the answer "
+                    f"reached the script; the journal kept only this much of it: {said}"
+                )
+                self._answered_all([(n, Answer("error", message, message))])
+            elif self.catalogue.repeat_is_safe(key):
+                todo.append((n, key, args, (call.id, call.script, True)))
+            else:
+                message = (
+                    f"{key}: the host restarted while this call was in flight; it may have "
+                    "taken effect. It was not made again, since the tool does not say a repeat "
+                    "is safe: check before you repeat it."
+                )
+                self._answered_all([(n, Answer("in_doubt", message=message))])
+        if todo:
+            self._answer_soon(todo, 0, eager=_EAGER)
+
+    def _answer_soon(self, todo: list[_Todo], start: int, eager: bool) -> None:
         if eager:
             task = asyncio.Task(self._answer(todo, start), loop=self._loop, **_EAGER_START)
             if not task.done():
@@ -74,7 +122,7 @@ class Dispatcher:
         else:
             self._tasks.add(self._loop.create_task(self._answer(todo, start)))
 
-    async def _answer(self, todo: list[tuple[int, str, dict[str, Any]]], start: int) -> None:
+    async def _answer(self, todo: list[_Todo], start: int) -> None:
         """Answer the calls `todo[start:]`, as many as can be in this one task.
 
         Goal: a call costs what its handler costs, and most handlers (Python tools) answer
@@ -90,10 +138,10 @@ class Dispatcher:
         begin = self.catalogue.begin
         try:
             for i in range(start, len(todo)):
-                n, key, args = todo[i]
+                n, key, args, identity = todo[i]
                 context = contextvars.copy_context()
                 try:
-                    begun = context.run(begin, key, args)
+                    begun = context.run(_begin_as, identity, begin, key, args)
                 except asyncio.CancelledError:
                     # Nothing cancelled this task mid-step: the handler raised it itself.
                     answered.append((n, _cancelled_itself(key)))
@@ -160,6 +208,21 @@ class Dispatcher:
             if answer.kind in _HOST_CAUSES:
                 self.ledger.answered(n, True, None, host_cause=answer.kind)
         self.channel.send_frames(frames, reply_due)
+
+
+_Todo = tuple[int, str, dict[str, Any], CallIdentity]
+"""A call to answer: its number, its tool, its arguments, and its identity for the handler."""
+
+
+def _begin_as(
+    identity: CallIdentity,
+    begin: Callable[[str, dict[str, Any]], Answer | Waiting],
+    key: str,
+    args: dict[str, Any],
+) -> Answer | Waiting:
+    """Begin a handler in the current context, which names the call it answers."""
+    current_call.set(identity)
+    return begin(key, args)
 
 
 def _cancelled_itself(key: str) -> Answer:

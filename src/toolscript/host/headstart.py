@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import select
 import shutil
@@ -34,7 +33,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .command import kernel_command
+from .command import template_command
 from .environment import interpreter_environment
 from .sandbox import Mount, Sandbox, prepare_remembered
 from .state import state_dir
@@ -121,10 +120,7 @@ def begin(
         shells_root.rmdir()
         return False
     host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    config = json.dumps({"preload": [], "sandbox": sandbox.template_config()})
-    command = sandbox.command(
-        kernel_command(python, "template", str(template_end.fileno()), config)
-    )
+    command = template_command(python, (), sandbox, str(template_end.fileno()), kept=False)
     try:
         process = subprocess.Popen(
             command,

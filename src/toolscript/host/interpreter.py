@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import secrets
 import signal
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from ..kernel import wire
 from ..kernel.descriptors import BROKEN_EXIT
@@ -23,6 +24,7 @@ from .channel import CHANNEL_LOST_WAIT, CHECK_DELAY, CHECK_WAIT, Channel
 from .dispatch import Dispatcher
 from .images import ScriptImage
 from .journal import Journal
+from .keeper import RunningScript
 from .output import Captured, StreamCapture
 from .process import (
     EXIT_STATUS_WAIT,
@@ -33,6 +35,7 @@ from .process import (
     Launch,
     describe_exit,
 )
+from .template import Forked
 
 __all__ = [
     "CHANNEL_LOST_WAIT",
@@ -46,6 +49,7 @@ __all__ = [
     "InterpreterStartError",
     "Launch",
     "Outcome",
+    "RunningScript",
     "describe_exit",
 ]
 
@@ -121,6 +125,9 @@ class Interpreter:
         self._stop_reason: str | None = None
         self.told_unconfined = False
         """Whether a result has said that this interpreter runs without a sandbox."""
+        self.rebind_due = False
+        """Its tools were bound by another host: bind this host's before the next run."""
+        self._resuming: RunningScript | None = None
 
     # -- what it is --------------------------------------------------------------------------
 
@@ -155,6 +162,11 @@ class Interpreter:
     def pid(self) -> int | None:
         """The pid of the process the host started or was given (a sandboxed kernel's init)."""
         return self._process.pid
+
+    @property
+    def held(self) -> bool:
+        """Whether a keeper holds it, so that it outlives this host."""
+        return self._process.held is not None
 
     @property
     def forked(self) -> bool:
@@ -227,8 +239,11 @@ class Interpreter:
             await asyncio.shield(self.kill())
             raise
 
-    async def adopt(self, shell: str, generation: int, cwd: Path | None) -> None:
-        """Give a started (pooled) interpreter to a shell: its name, generation and folder.
+    async def adopt(
+        self, shell: str, generation: int, cwd: Path | None, *, background: bool = False
+    ) -> None:
+        """Give a started (pooled) interpreter to a shell: its name, generation and folder;
+        `background`: to a background script of that shell, not to the shell itself.
 
         Raises `InterpreterStartError` if the kernel cannot change to `cwd`.
         """
@@ -245,6 +260,72 @@ class Interpreter:
             answer = await self._channel.expect("set", self.launch.start_timeout, setup)
             if answer.get("error"):
                 raise InterpreterStartError(f"the kernel could not enter {cwd}: {answer['error']}")
+        self._process.note(
+            shell=shell, generation=generation, prefix=self.ledger.prefix, background=background
+        )
+
+    async def reattach(self, forked: Forked, prefix: str, running: RunningScript | None) -> None:
+        """Take back a kernel a keeper held for a host that is gone, as it is: its namespace,
+        its tools, its running script. `shell` and `generation` were given when it was made;
+        `prefix` is what its calls' ids start with; `running`, the script it runs, if any
+        (`resume` follows it to its end)."""
+        self._calls.ledger = CallLedger(prefix, self.shell, self._journal)
+        self._calls.ledger.continue_numbering()
+        if running is not None:
+            # In place before the channel is read: the script's `done` may be waiting in it.
+            self._stdout.begin(running.marker, at_start_marker=False)
+            self._stderr.begin(running.marker, at_start_marker=False)
+            left = max(running.deadline - time.time(), 0.0)
+            done = self._channel.begin_script(
+                running.script_id, self._loop.time() + left + running.grace
+            )
+            self.ledger.begin_script(running.script_id)
+            if running.keeper_stop == "killed":
+                done.set_result({"status": "killed"})  # not a crash: its time limit was up
+            self._resuming = running
+        host_end = await self._process.attach(forked)
+        self._channel.taking_back = True
+        await self._channel.connect(host_end)
+        self.runs = 1  # it has run before: no start marker is owed to a first script
+        self.rebind_due = True
+        try:
+            if forked.status.done():
+                return  # it ended while no host was attached: nothing waits for an answer
+            holding = await self._channel.expect(
+                "holding", self.launch.start_timeout, {"t": "held"}
+            )
+        except InterpreterStartError:
+            return  # it ended, or does not answer: its run ends as such
+        finally:
+            self._channel.taking_back = False
+        frames = [call for call in holding.get("calls", []) if isinstance(call, dict)]
+        journaled = self._journal.take_over_calls(f"{prefix}.{call.get('n')}" for call in frames)
+        self._calls.recover(frames, journaled)
+        waiting = self._channel.done
+        if (
+            running is not None
+            and waiting is not None
+            and not waiting.done()
+            and holding.get("running") != running.script_id
+        ):
+            self._settle_lost_end(running.script_id, holding.get("done"), waiting)
+
+    def _settle_lost_end(
+        self, script_id: str, last: object, done: asyncio.Future[wire.DoneFrame]
+    ) -> None:
+        """The script a keeper said was running runs no more, and its `done` is not in the
+        channel: the host before read it and died before it could report it, or died before
+        it sent the script. Which one, the kernel's last `done` says."""
+        if isinstance(last, dict) and last.get("script") == script_id:
+            done.set_result(cast("wire.DoneFrame", last))
+        else:
+            done.set_result(
+                {
+                    "status": "error",
+                    "error": "The host restarted before this script reached the interpreter: "
+                    "none of it ran.",
+                }
+            )
 
     async def rebind(self, catalogue: ToolCatalogue) -> None:
         """Bind a changed catalogue (an MCP server's tool list changed) before the next run."""
@@ -256,6 +337,7 @@ class Interpreter:
             frame["down"] = catalogue.down_messages
         bound = await self._channel.expect("bound", self.launch.start_timeout, frame)
         self._calls.catalogue = catalogue
+        self.rebind_due = False
         self.bind_failures = [(str(item[0]), str(item[1])) for item in bound.get("failures", [])]
         self._learn_names(bound)
 
@@ -319,25 +401,52 @@ class Interpreter:
             exec_frame["check"] = check  # the kernel checks before it starts this one
         if busy is not None:
             exec_frame["busy_poll"] = busy.script_started()
-        stop_reason: str | None = None
-        cancelled = False
         self.runs += 1
+        if self._process.held is not None:
+            self._process.script_began(
+                script_id, marker, time.time() + time_limit, grace, time_limit
+            )
         try:
             channel.send(exec_frame)
-            try:
-                async with asyncio.timeout(time_limit):  # no task of its own, unlike wait_for
-                    report = await asyncio.shield(done)
-            except TimeoutError:
-                stop_reason = "time_limit"
-                report = await self._stop(stop_reason, grace)
-            except asyncio.CancelledError:
-                cancelled = True
-                stop_reason = "cancelled"
-                report = await asyncio.shield(self._stop(stop_reason, grace))
+            return await self._until_end(done, time_limit, grace, None)
         finally:
             if busy is not None:
                 busy.script_ended()
+
+    async def resume(self) -> Outcome:
+        """Follow the script given to `reattach` to its end, as `execute` would. Its output
+        before now was the other host's to read."""
+        running = self._resuming
+        done = self._channel.done
+        assert running is not None and done is not None
+        self._resuming = None
+        stop_reason = "time_limit" if running.keeper_stop is not None else None
+        left = running.deadline - time.time()
+        return await self._until_end(done, left, running.grace, stop_reason)
+
+    async def _until_end(
+        self,
+        done: asyncio.Future[wire.DoneFrame],
+        time_limit: float,
+        grace: float,
+        stop_reason: str | None,
+    ) -> Outcome:
+        cancelled = False
+        try:
+            if time_limit <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(time_limit):  # no task of its own, unlike wait_for
+                report = await asyncio.shield(done)
+        except TimeoutError:
+            stop_reason = "time_limit"
+            report = await self._stop(stop_reason, grace)
+        except asyncio.CancelledError:
+            cancelled = True
+            stop_reason = "cancelled"
+            report = await asyncio.shield(self._stop(stop_reason, grace))
         outcome = await self._conclude(report, stop_reason)
+        if self._process.held is not None:
+            self._process.script_ended()
         if cancelled:
             self.last_outcome = outcome
             raise asyncio.CancelledError

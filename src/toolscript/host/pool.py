@@ -123,6 +123,10 @@ class InterpreterPool:
                 return interpreter
         return None
 
+    def count_live(self) -> None:
+        """An interpreter taken back from a keeper is live: it counts against the cap."""
+        self._live += 1
+
     async def release(self) -> None:
         """One live interpreter is gone: let the next in line have its place."""
         async with self._freed:

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .busypoll import LoopPoll
+from .keeper import Keeper
 from .output import StreamCapture
 from .sandbox import Sandbox
-from .template import Template, TemplateError, kernel_command
+from .template import Forked, Template, TemplateError, kernel_command
 
 if TYPE_CHECKING:
     from .headstart import HeadStart
@@ -59,7 +60,8 @@ class Launch:
     output_limit: int = 1_000_000
     max_images: int = 8
     image_limit: int = 5_000_000
-    template: Template | None = None
+    template: Template | Keeper | None = None
+    """Where kernels are forked from: the runtime's template, or its keeper's."""
     preload: tuple[str, ...] = ()
     busy: LoopPoll | None = None
     sandbox: Sandbox | None = None
@@ -101,6 +103,10 @@ class KernelProcess:
         self._process: asyncio.SubprocessTransport | None = None
         self._own_template: Template | None = None
         self._cgroup: str | None = None
+        self.held: int | None = None
+        """Its number at the keeper, when a keeper holds it."""
+        self._slot = 0
+        self._noted = False  # the running script was told over the socket, not on the board
 
     async def start(self) -> socket.socket:
         """Start the kernel; the host's end of its channel. Raises `InterpreterStartError`."""
@@ -179,10 +185,11 @@ class KernelProcess:
                 await self._own_template.close()
             raise InterpreterStartError(error.reason) from None
 
-    async def _fork(self, template: Template, preload: tuple[str, ...] = ()) -> socket.socket:
+    async def _fork(
+        self, template: Template | Keeper, preload: tuple[str, ...] = ()
+    ) -> socket.socket:
         """A kernel forked from the template: pipes read here, its end seen through a pidfd
         (it is the template's child, not ours), its exit status reported by the template."""
-        loop = asyncio.get_running_loop()
         launch = self.launch
         extra: dict[str, Any] = {}
         if launch.sandbox is not None:
@@ -197,7 +204,16 @@ class KernelProcess:
         forked = await template.fork(
             launch.cwd, launch.env, launch.limits, launch.start_timeout, extra
         )
+        return await self.attach(forked)
+
+    async def attach(self, forked: Forked) -> socket.socket:
+        """Take a forked kernel's descriptors: read its pipes, watch its end through its
+        pidfd. The host's end of its channel is returned."""
+        loop = asyncio.get_running_loop()
         self.forked = True
+        self.started = True
+        self.held = forked.held
+        self._slot = forked.slot
         self._status = forked.status
         if forked.pidfd is not None:
             self._pidfd = forked.pidfd
@@ -266,10 +282,49 @@ class KernelProcess:
         if self._process is not None:
             self._process.close()
 
+    def note(self, **meta: object) -> None:
+        """Tell the keeper that holds this kernel, if one does, what it runs now."""
+        keeper = self.launch.template
+        if self.held is not None and isinstance(keeper, Keeper):
+            keeper.note(self.held, **meta)
+
+    def script_began(
+        self, script_id: str, marker: str, deadline: float, grace: float, limit: float
+    ) -> None:
+        """Tell the keeper that holds this kernel, if one does, that a script runs now, and
+        until when (wall-clock time) its time limit holds."""
+        keeper = self.launch.template
+        if self.held is not None and isinstance(keeper, Keeper):
+            self._noted = not keeper.script_began(
+                self._slot, script_id, marker, deadline, grace, limit
+            )
+            if self._noted:
+                keeper.note(  # too long for its slot: said over the socket
+                    self.held,
+                    script=script_id,
+                    marker=marker,
+                    deadline=deadline,
+                    grace=grace,
+                    time_limit=limit,
+                )
+
+    def script_ended(self) -> None:
+        """Tell the keeper that holds this kernel, if one does, that no script runs in it."""
+        keeper = self.launch.template
+        if self.held is not None and isinstance(keeper, Keeper):
+            keeper.script_ended(self._slot)
+            if self._noted:
+                keeper.note(self.held, script=None, deadline=None)
+
     async def release(self) -> None:
-        """Close the template of its own, if it has one, and its cgroup once it has ended."""
+        """Close the template of its own, if it has one, and its cgroup once it has ended;
+        a keeper that held it lets it go."""
         if self._own_template is not None:
             await self._own_template.close()
+        keeper = self.launch.template
+        if self.held is not None and isinstance(keeper, Keeper):
+            keeper.forget(self.held)
+            self.held = None
         if self.launch.sandbox is not None and self.exited.is_set():
             self.launch.sandbox.drop_cgroup(self._cgroup)
 

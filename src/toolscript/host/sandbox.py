@@ -148,6 +148,7 @@ class Sandbox:
     cgroup: Path | None = None
     """This runtime's `pids` cgroup, when one could be made (each interpreter gets a child)."""
     _numbers: int = 0
+    _token: str = field(default_factory=lambda: os.urandom(3).hex())
     _cgroups: set[str] = field(default_factory=set)
 
     @property
@@ -213,7 +214,8 @@ class Sandbox:
         if self.cgroup is None:
             return None
         self._numbers += 1
-        name = f"i{self._numbers}"
+        # Unique across hosts: a keeper's template outlives the host that named its cgroups.
+        name = f"i{self._numbers}-{self._token}"
         self._cgroups.add(name)
         return name
 

@@ -22,14 +22,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .command import KERNEL_DIR, kernel_command
+from .command import KERNEL_DIR, kernel_command, template_command
 
 if TYPE_CHECKING:
     import subprocess
 
     from .sandbox import Sandbox
 
-__all__ = ["KERNEL_DIR", "Forked", "Template", "TemplateError", "kernel_command"]
+__all__ = [
+    "KERNEL_DIR",
+    "Forked",
+    "Template",
+    "TemplateError",
+    "kernel_command",
+    "template_command",
+]
 
 
 class TemplateError(Exception):
@@ -51,6 +58,10 @@ class Forked:
     stderr: int
     status: asyncio.Future[int] = field(repr=False)
     pidfd: int | None = None
+    held: int | None = None
+    """Its number at the keeper, when a keeper holds it (`toolscript.host.keeper`)."""
+    slot: int = 0
+    """Its slot on the keeper's board, when a keeper holds it."""
 
 
 class Template:
@@ -90,13 +101,7 @@ class Template:
         name = "the kernel" if alone else "the template"
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         host_end.setblocking(False)
-        settings: dict[str, Any] = {"preload": list(preload)}
-        if sandbox is not None:
-            settings["sandbox"] = sandbox.template_config()
-        config = json.dumps(settings)
-        command = kernel_command(python, "template", str(template_end.fileno()), config)
-        if sandbox is not None:
-            command = sandbox.command(command)
+        command = template_command(python, preload, sandbox, str(template_end.fileno()), kept=False)
         # Not cancelled halfway: asyncio's own clean-up of a process cancelled while it is
         # made can wait for ever. A cancel waits for the process, then ends it.
         making = asyncio.ensure_future(

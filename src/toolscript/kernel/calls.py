@@ -22,6 +22,7 @@ import asyncio
 import functools
 import inspect
 import itertools
+import json
 import sys
 import threading
 import warnings
@@ -39,7 +40,13 @@ if TYPE_CHECKING:
 
 
 class ToolError(Exception):
-    """A tool answered with an error, or the call was refused before it was sent."""
+    """A tool answered with an error, or the call was refused before it was sent.
+
+    `cause` is None, or `"in_doubt"`: the host restarted while the call was in flight, and
+    the tool does not say a repeat is safe, so it was not made again; it may have taken
+    effect."""
+
+    cause: str | None = None
 
 
 class ToolTimeout(TimeoutError):
@@ -54,6 +61,7 @@ class _Call:
         "arrived",
         "by_stop",
         "deadline",
+        "frame",
         "future",
         "held_by_task",
         "loop",
@@ -72,6 +80,7 @@ class _Call:
         self.stopped = False
         self.by_stop = False
         self.deadline: float | None = None
+        self.frame = b""  # the call's frame as it was sent, for a host that asks again
 
 
 class ScriptTask(asyncio.Task[Any]):
@@ -227,6 +236,7 @@ class CallTable:
                 self._acks = []
                 self._seen = []
             call = _Call(n, loop, future)
+            call.frame = frame
             self._waiting[n] = call
             self._post(frame, key)
         call.held_by_task = (
@@ -270,7 +280,9 @@ class CallTable:
         said = str(answer.get("message", "the tool reported an error"))
         if answer.get("error") == "ToolTimeout":
             raise ToolTimeout(said)
-        raise ToolError(said)
+        failed = ToolError(said)
+        failed.cause = answer.get("cause")
+        raise failed
 
     def _expire(self, call: _Call) -> None:
         if not call.future.done():
@@ -368,6 +380,17 @@ class CallTable:
         for call in list(self._waiting.values()):
             if call.loop is self._loop and not call.future.cancelled():
                 call.by_stop = True
+
+    def holding(self) -> list[dict[str, Any]]:
+        """Every call whose answer has not arrived, as its frame said: what a host that took
+        this kernel back asks for (the host before it may have read them, or not)."""
+        held = []
+        for call in list(self._waiting.values()):
+            if call.future.done() or call.stopped or not call.frame:
+                continue
+            sent = json.loads(bytes(call.frame[4:]))
+            held.append({key: sent.get(key) for key in ("n", "tool", "args", "script")})
+        return held
 
     def cancel_waiting(self) -> None:
         """Wake every call still waiting on another thread's loop after a stop.

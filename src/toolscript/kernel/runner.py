@@ -38,7 +38,7 @@ from .streams import ScriptOutput
 from .wire import BATCH, ChannelReader, FrameError, FrameReader, encode
 
 if TYPE_CHECKING:
-    from .wire import BoundFrame, DoneFrame, ExecFrame, SetupFrame
+    from .wire import BoundFrame, DoneFrame, ExecFrame, HoldingFrame, SetupFrame
 
 
 class _Script:
@@ -80,6 +80,9 @@ class Kernel:
         self._wrote_alone = False
         self._quiet = False  # no start marker is needed for the next script
         self._script: _Script | None = None
+        self._last_done: DoneFrame | None = None
+        self.kept = False
+        """Whether a keeper holds this kernel (`toolscript.kernel.keeper`)."""
         self.namespace: dict[str, Any] = {
             "__name__": "__main__",
             "__builtins__": builtins,
@@ -176,6 +179,16 @@ class Kernel:
                 self._bind(message.get("plans", []), message.get("down", {}))
             elif kind == "setup":
                 self._setup(message)
+            elif kind == "held":
+                self.calls.flush_acks()  # what code took so far, before what it still awaits
+                holding: HoldingFrame = {
+                    "t": "holding",
+                    "calls": self.calls.holding(),
+                    "running": self._current_script_id(),
+                    "done": self._last_done,
+                }
+                self.post(encode(holding))
+                self._flush()
             elif kind == "shutdown":
                 self._flush()
                 os._exit(0)
@@ -319,6 +332,7 @@ class Kernel:
         damage = self._own.damage()
         if damage:
             self._give_up(damage, report)
+        self._last_done = report  # said again to a host that takes this kernel back
         self.post(_encode_report(report))
         self._flush()
 
@@ -383,6 +397,11 @@ class Kernel:
             self._give_up(damage)
         script = self._script
         if script is None or script.finished:
+            if self.kept and self._last_done is not None:
+                # A keeper stops only a script its board says runs: the host that ran it read
+                # its `done` and died before it could say so. Said again, for the keeper to
+                # see in the channel and for the next host to read.
+                self.loop.call_soon_threadsafe(self._say_done_again)
             return  # a stray interrupt: no script is running
         if script.stop_reason is None:
             script.stop_reason = "stopped"
@@ -397,6 +416,11 @@ class Kernel:
             return
         self.calls.stop_reaches_script()
         raise KeyboardInterrupt
+
+    def _say_done_again(self) -> None:
+        if self._last_done is not None:
+            self.post(_encode_report({**self._last_done, "again": True}))
+            self._flush()
 
     # -- tools -------------------------------------------------------------------------------
 

@@ -42,17 +42,22 @@ _CLONE_NEWPID = 0x20000000
 _sandbox: dict[str, Any] | None = None
 """The sandbox's layout (see `toolscript.kernel.init`) when the template runs in one."""
 _own_pid_namespace = -1
+_kept = False
+"""Whether a keeper started this template (`toolscript.kernel.keeper`): then each kernel it
+forks unconfined dies with it, as a sandboxed one does with its PID namespace."""
 _selector_fd = -1
 _status_pipes: dict[int, int] = {}
 """Per child in a sandbox, the read end of the pipe its init writes the kernel's status to."""
 
 
 def main(argv: list[str]) -> None:
-    global _sandbox, _own_pid_namespace, _selector_fd
+    global _sandbox, _own_pid_namespace, _selector_fd, _kept
     close_inherited({int(argv[0])})
     control = socket.socket(fileno=int(argv[0]))
     config: dict[str, Any] = json.loads(argv[1]) if len(argv) > 1 else {}
     from . import runner  # noqa: F401 - imported now so every child has it loaded
+
+    _kept = config.get("kept") is True
 
     if isinstance(config.get("sandbox"), dict):
         from . import confine, init  # noqa: F401 - loaded once, for every child
@@ -220,6 +225,7 @@ def _become_sandboxed_kernel(
     from .runner import Kernel
 
     kernel = Kernel(socket.socket(fileno=channel), init=init_socket)
+    kernel.kept = _kept
     import_preload(request.get("preload", []))
     kernel.serve()
 
@@ -251,6 +257,10 @@ def _become_kernel(
     control.close()
     for fd in (*wake, _selector_fd):
         os.close(fd)
+    if _kept:
+        from .keeper import die_with_parent
+
+        die_with_parent()
     _take_output_and_environment(out, err, request)
     cwd = request.get("cwd")
     if cwd:
@@ -258,7 +268,9 @@ def _become_kernel(
     apply_limits(request.get("limits", {}))
     from .runner import Kernel
 
-    Kernel(socket.socket(fileno=channel)).serve()
+    kernel = Kernel(socket.socket(fileno=channel))
+    kernel.kept = _kept
+    kernel.serve()
 
 
 def _reap(control: socket.socket) -> None:

@@ -108,6 +108,7 @@ if TYPE_CHECKING:
         value: NotRequired[Any]
         error: NotRequired[str]
         message: NotRequired[str]
+        cause: NotRequired[str]
 
     class CheckFrame(TypedDict):
         """Does the code of the script that said `done` still run? Answer with `token`."""
@@ -133,6 +134,12 @@ if TYPE_CHECKING:
 
     class ShutdownFrame(TypedDict):
         t: Literal["shutdown"]
+
+    class HeldFrame(TypedDict):
+        """Which calls wait for an answer? (A host that took this kernel back from a keeper
+        asks once, to answer the calls the host before it left.)"""
+
+        t: Literal["held"]
 
     # -- from the kernel ------------------------------------------------------------------
 
@@ -228,9 +235,22 @@ if TYPE_CHECKING:
         broken: str
         """The kernel's own descriptors were broken, in words; it is ended."""
         threads_left: int
+        again: bool
+        """The kernel says its last `done` again, for a kept kernel's new host: a host that
+        saw it already ignores it."""
+
+    class HoldingFrame(TypedDict):
+        """The answer to `held`: every call whose answer has not arrived, as its frame said
+        (`n`, `tool`, `args`, `script`); the script running now, if any; the last `done`
+        sent, if any (the host before may have read it and died before it could report it)."""
+
+        t: Literal["holding"]
+        calls: list[dict[str, Any]]
+        running: str | None
+        done: DoneFrame | None
 
     HostFrame: TypeAlias = (
-        ExecFrame | AnswerFrame | CheckFrame | BindFrame | SetupFrame | ShutdownFrame
+        ExecFrame | AnswerFrame | CheckFrame | BindFrame | SetupFrame | ShutdownFrame | HeldFrame
     )
     KernelFrame: TypeAlias = (
         ReadyFrame
@@ -241,6 +261,7 @@ if TYPE_CHECKING:
         | CheckedFrame
         | ImageFrame
         | DoneFrame
+        | HoldingFrame
     )
     Frame: TypeAlias = HostFrame | KernelFrame
 

@@ -34,7 +34,15 @@ import typing
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
-from toolscript.tools.spec import SourceGone, ToolAnnotations, ToolFailure, ToolOutcome, ToolSpec
+from toolscript.tools.spec import (
+    CallContext,
+    SourceGone,
+    ToolAnnotations,
+    ToolFailure,
+    ToolOutcome,
+    ToolSpec,
+    call_context,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -78,14 +86,24 @@ class Tool(Generic[P, R]):
         import docstring_parser
         from pydantic import TypeAdapter
 
+        self.context_parameter = next(
+            (key for key, hint in hints.items() if hint is CallContext and key != "return"), None
+        )
+        """The parameter that receives the call's `CallContext`, if the function has one."""
         self.converters = {
             parameter_name: TypeAdapter(hint)
             for parameter_name, hint in hints.items()
-            if parameter_name != "return" and hint not in _PLAIN_JSON
+            if parameter_name not in ("return", self.context_parameter) and hint not in _PLAIN_JSON
         }
         docstring = docstring_parser.parse(inspect.getdoc(function) or "")
         input_schema = _input_schema(function, name)
         properties = input_schema.get("properties", {})
+        if self.context_parameter is not None:
+            # The host fills it in; the script never passes it.
+            properties.pop(self.context_parameter, None)
+            required = input_schema.get("required")
+            if isinstance(required, list) and self.context_parameter in required:
+                required.remove(self.context_parameter)
         for parameter_doc in docstring.params:
             target = properties.get(parameter_doc.arg_name)
             if (
@@ -135,6 +153,8 @@ class Tool(Generic[P, R]):
             return ToolOutcome(
                 value=f"the arguments could not be converted: {_message(error)}", is_error=True
             )
+        if self.context_parameter is not None:
+            converted = {**converted, self.context_parameter: call_context()}
         call: Callable[..., Any] = self.function
         try:
             if self.is_async:
@@ -252,14 +272,14 @@ def _message(error: BaseException, with_type: bool = True) -> str:
 
 
 def as_spec(item: Any) -> ToolSpec:
-    """The `ToolSpec` of a tool given to a runtime: a `ToolSpec`, a `@tool`, or a function."""
+    """A tool given to a `Runtime` as its `ToolSpec`: a `ToolSpec`, a `@tool` function, or a
+    plain function (made a tool here). Raises `TypeError` for anything else."""
     if isinstance(item, ToolSpec):
         return item
     spec = getattr(item, "spec", None)
     if isinstance(spec, ToolSpec):
         return spec
     if callable(item):
-        made_spec = tool(item).spec
-        assert isinstance(made_spec, ToolSpec)
-        return made_spec
+        made: ToolSpec = tool(item).spec
+        return made
     raise TypeError(f"tools: {item!r} is not a tool, a ToolSpec or a function")

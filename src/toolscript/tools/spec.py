@@ -9,6 +9,7 @@ produce specs; nothing downstream knows which source a spec came from.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,44 @@ Handler = Callable[[dict[str, Any]], Awaitable[ToolOutcome]]
 
 
 @dataclass(frozen=True, slots=True)
+class CallContext:
+    """What the host knows of the call a handler is answering.
+
+    A Python tool gets it by declaring a parameter of this type (`context: CallContext`),
+    which is not part of its arguments. `idempotency_key` (the script's id and the call's
+    number) is the same when the host dispatches a call again after a restart, which it does
+    only for a tool that declares a repeat safe: a tool that deduplicates by it makes the
+    repeat harmless. MCP servers get it in the request's `_meta` as `idempotencyKey`.
+    """
+
+    idempotency_key: str
+    call_id: str
+    script_id: str | None = None
+    repeated: bool = False
+    """The host dispatched this call before it restarted: it may have taken effect."""
+
+
+CallIdentity = tuple[str, "str | None", bool]
+"""A call as the dispatcher names it for its handler: its id, its script's id, and whether it
+is a repeat after a restart (a tuple: made for every call, turned into a `CallContext` only
+for the handlers that ask)."""
+
+current_call: ContextVar[CallIdentity | None] = ContextVar("toolscript_call", default=None)
+"""The call the handler running in this context answers (set by the host's dispatcher)."""
+
+
+def call_context() -> CallContext | None:
+    """The `CallContext` of the call the running handler answers, or None outside one."""
+    identity = current_call.get()
+    if identity is None:
+        return None
+    call_id, script_id, repeated = identity
+    number = call_id.rpartition(".")[2]
+    key = f"{script_id}.{number}" if script_id is not None else call_id
+    return CallContext(key, call_id, script_id, repeated)
+
+
+@dataclass(frozen=True, slots=True)
 class ToolSpec:
     """One tool: its identity, its contract, and how to call it.
 
@@ -80,3 +119,10 @@ class ToolSpec:
     @property
     def key(self) -> str:
         return self.name if self.server is None else f"{self.server}/{self.name}"
+
+    @property
+    def repeat_is_safe(self) -> bool:
+        """Whether the tool says a second call with the same arguments does no more harm than
+        one (`idempotent`, or `read_only`): then a call in doubt after a restart is made again."""
+        hints = self.annotations
+        return hints.idempotent is True or hints.read_only is True

@@ -56,6 +56,7 @@ _ANSWER_CALL = (
 # deprecated from Python 3.12 and an error from 3.14.
 _SETTLE = (
     "UPDATE calls SET fate = :fate, cause = :cause, uncertain_reason = CASE "
+    "WHEN :fate = 'pending' AND answered_at IS NULL AND :cause = 'in_doubt' THEN 'in_doubt' "
     "WHEN :fate = 'pending' AND answered_at IS NULL THEN 'pending_at_settle' END "
 )
 _SETTLE_CALL = _SETTLE + "WHERE id = :rows"

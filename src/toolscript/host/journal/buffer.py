@@ -53,6 +53,9 @@ class _WriteBehind:
         self._sequence = count()
         self._intents: _IntentLog | None = None
         self._me = _this_process()
+        self.durable_ends = False
+        """Whether `end_script` also writes to the intent file, so that a script's end
+        survives a kill of the host (set when kept interpreters outlive their host)."""
 
     def _check_open(self) -> None:
         if self._closed:

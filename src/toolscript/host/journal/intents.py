@@ -3,7 +3,9 @@
 Each host has two, beside the journal's file (`<journal>-host<N>-a.intents` and
 `-b.intents`). A line is a JSON array of what one call of `record_calls` or `begin_script`
 recorded: `[n, "c", call_id, script_id, shell, tool, args_brief, made_at]` per call, or
-`[n, "s", script_id, shell, generation, code, started_at]`, `n` counting up per journal.
+`[n, "s", script_id, shell, generation, code, started_at]`, `n` counting up per journal;
+with `durable_ends` (kept interpreters outlive their host, and so do their scripts' ends),
+`end_script` writes `[n, "e", script_id, status, ended_at]` too.
 Another host replays the files of a host that is gone into the database.
 """
 
@@ -24,7 +26,7 @@ from typing import Any
 import orjson
 
 from .records import StartRow
-from .schema import _INSERT_CALL, _INSERT_SCRIPT
+from .schema import _INSERT_CALL, _INSERT_SCRIPT, _LAST_CALL
 
 _log = logging.getLogger(__name__)
 
@@ -86,6 +88,13 @@ _LINE = orjson.OPT_APPEND_NEWLINE
 
 _CALL_INTENT = (str, (str, type(None)), str, str, str, (int, float))
 _SCRIPT_INTENT = (str, str, int, str, (int, float))
+_END_INTENT = (str, str, (int, float))
+
+# A gone host's script end, unless the host wrote one itself.
+_REPLAY_END = (
+    f"UPDATE scripts SET status = ?, ended_at = ?, calls_up_to = ({_LAST_CALL}) "
+    "WHERE script_id = ? AND status IS NULL"
+)
 
 
 def _intent_paths(path: Path, host_id: int) -> tuple[Path, Path]:
@@ -114,6 +123,10 @@ def _script_line(n: int, script: tuple[str, str, int, str, float]) -> bytes:
     return orjson.dumps([(n, "s", *script)], option=_LINE)
 
 
+def _end_line(n: int, script_id: str, status: str, ended_at: float) -> bytes:
+    return orjson.dumps([(n, "e", script_id, status, ended_at)], option=_LINE)
+
+
 def _parse_intents(line: bytes) -> list[list[Any]]:
     """The entries of an intent line, none for a line torn by a kill (or not ours)."""
     try:
@@ -128,7 +141,7 @@ def _parse_intents(line: bytes) -> list[list[Any]]:
 def _is_intent(entry: Any) -> bool:
     if type(entry) is not list or len(entry) < 2 or type(entry[0]) is not int:
         return False
-    kinds = {"c": _CALL_INTENT, "s": _SCRIPT_INTENT}.get(entry[1])
+    kinds = {"c": _CALL_INTENT, "s": _SCRIPT_INTENT, "e": _END_INTENT}.get(entry[1])
     fields = entry[2:]
     return (
         kinds is not None
@@ -141,6 +154,7 @@ def _replay_intents(db: sqlite3.Connection, path: Path, host_id: int, calls_afte
     """Insert what a gone host recorded in its intent files and never wrote to SQLite."""
     scripts: list[tuple[int, list[Any]]] = []
     calls: list[tuple[int, list[Any]]] = []
+    ends: list[tuple[int, list[Any]]] = []
     for intents in _intent_paths(path, host_id):
         try:
             data = intents.read_bytes()
@@ -151,7 +165,9 @@ def _replay_intents(db: sqlite3.Connection, path: Path, host_id: int, calls_afte
             continue
         for line in data.split(b"\n"):
             for intent in _parse_intents(line):
-                (scripts if intent[1] == "s" else calls).append((intent[0], intent[2:]))
+                kind = intent[1]
+                found = scripts if kind == "s" else ends if kind == "e" else calls
+                found.append((intent[0], intent[2:]))
     if scripts:
         scripts.sort(key=lambda intent: intent[0])
         db.executemany(_INSERT_SCRIPT, [(fields[0], host_id, *fields[1:]) for _, fields in scripts])
@@ -173,6 +189,8 @@ def _replay_intents(db: sqlite3.Connection, path: Path, host_id: int, calls_afte
                 known.add(fields[0])
                 rows.append((host_id, *fields))
         db.executemany(_INSERT_CALL, rows)
+    if ends:
+        db.executemany(_REPLAY_END, [(status, at, script) for _, (script, status, at) in ends])
 
 
 def _remove_stale_intents(db: sqlite3.Connection, db_lock: threading.Lock, path: Path) -> None:

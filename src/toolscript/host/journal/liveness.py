@@ -21,6 +21,9 @@ from pathlib import Path
 from .intents import _replay_intents
 from .schema import _END_HOST, _IN_FLIGHT, _LAST_CALL
 
+_NOT_IN_DOUBT = "coalesce(uncertain_reason, '') != 'in_doubt'"
+"""A call told to its script as in doubt stays so: a host's end does not make it `host_gone`."""
+
 
 @dataclass(frozen=True, slots=True)
 class _ProcessIdentity:
@@ -93,7 +96,8 @@ def _register_host(db: sqlite3.Connection, me: _ProcessIdentity) -> int:
 def _end_host(db: sqlite3.Connection, host_id: int, rows: list[int]) -> None:
     """Leave a host's calls in flight at `rows` uncertain and mark it ended. In a transaction."""
     db.executemany(
-        f"UPDATE calls SET uncertain_reason = 'host_gone' WHERE id = ? AND {_IN_FLIGHT}",
+        f"UPDATE calls SET uncertain_reason = 'host_gone' WHERE id = ? AND {_IN_FLIGHT} "
+        f"AND {_NOT_IN_DOUBT}",
         [(row,) for row in rows],
     )
     db.execute(_END_HOST, (time.time(), host_id))
@@ -118,7 +122,7 @@ def _sweep_gone_hosts(
                 _replay_intents(db, path, other, calls_after)
             db.execute(
                 "UPDATE calls SET uncertain_reason = 'host_gone' "
-                f"WHERE id > ? AND host_id = ? AND {_IN_FLIGHT}",
+                f"WHERE id > ? AND host_id = ? AND {_IN_FLIGHT} AND {_NOT_IN_DOUBT}",
                 (calls_after, other),
             )
             db.execute(_END_HOST, (now, other))

@@ -3,6 +3,7 @@ SQLite) and the queries the runtime and the CLI ask."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -14,6 +15,7 @@ from ..state import state_dir
 from .buffer import _WriteBehind
 from .intents import (
     _call_line,
+    _end_line,
     _intent_paths,
     _IntentLog,
     _remove_intents,
@@ -131,10 +133,17 @@ class Journal(_WriteBehind):
                 self._fill()
 
     def end_script(self, script_id: str, status: str, ended_at: float) -> None:
-        """Record how a script ended (buffered; after its calls, answers and fates)."""
+        """Record how a script ended (buffered; after its calls, answers and fates). With
+        `durable_ends`, in the intent file too when this returns."""
+        intents = self._intents if self.durable_ends else None
+        line = (
+            b"" if intents is None else _end_line(next(self._sequence), script_id, status, ended_at)
+        )
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
+            if intents is not None:
+                intents.append(line)
             self._buffer.ends.append((status, ended_at, script_id))
             if not self._filled:
                 self._fill()
@@ -271,6 +280,44 @@ class Journal(_WriteBehind):
         """
         conditions = ["uncertain_reason = 'host_gone'", "shell = ?", "told_at IS NULL"]
         return self._select_calls(conditions, [shell], None, sweep=True)
+
+    def take_over_calls(self, call_ids: Iterable[str]) -> dict[str, JournalCall]:
+        """What the journal holds of these calls of a host that is gone (whose interpreter
+        this host took back from a keeper), by call id; those it finds unanswered become
+        this host's to answer and settle. The gone host's intent files are read first."""
+        wanted = list(call_ids)
+        if not wanted:
+            return {}
+        found: dict[str, JournalCall] = {}
+        with self._db_lock:
+            self._check_open()
+            self._commit(sweep=True)
+            rows = self._db.execute(
+                f"SELECT id, {_CALL_COLUMNS} FROM calls WHERE call_id IN "
+                "(SELECT value FROM json_each(?))",
+                (json.dumps(wanted),),
+            ).fetchall()
+            with self._buffer_lock:
+                for row in rows:
+                    call = _journal_call(row[1:])
+                    found[call.call_id] = call
+                    if call.answered_at is None:
+                        self._open_rows[call.call_id] = row[0]
+        return found
+
+    def mark_in_doubt(self, call_ids: Iterable[str]) -> None:
+        """Record that these calls were in flight when their host restarted, and were not
+        made again: uncertain, with the reason and the cause `in_doubt`."""
+        rows = [(call_id,) for call_id in call_ids]
+        with self._db_lock:
+            self._check_open()
+            self._commit()
+            with _Transaction(self._db):
+                self._db.executemany(
+                    "UPDATE calls SET uncertain_reason = 'in_doubt', cause = 'in_doubt' "
+                    "WHERE call_id = ? AND answered_at IS NULL",
+                    rows,
+                )
 
     def mark_told(self, call_ids: Iterable[str]) -> None:
         """Record that these uncertain calls of gone hosts were reported in a result."""

@@ -21,7 +21,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib import metadata
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import anyio
 import httpx2
@@ -87,9 +87,15 @@ class Connection:
         self._task = loop.create_task(self._own(self._ready), name=f"mcp:{self.name}")
         self._session = await asyncio.shield(self._ready)
 
-    async def call_tool(self, tool: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
-        """Call one tool; the SDK's `MCPError` and answer-parsing errors pass through."""
-        return await self.session.call_tool(tool, dict(arguments))
+    async def call_tool(
+        self, tool: str, arguments: Mapping[str, Any], idempotency_key: str | None = None
+    ) -> types.CallToolResult:
+        """Call one tool, its idempotency key in the request's `_meta` when given; the SDK's
+        `MCPError` and answer-parsing errors pass through."""
+        if idempotency_key is None:
+            return await self.session.call_tool(tool, dict(arguments))
+        meta = cast(types.RequestParamsMeta, {"idempotencyKey": idempotency_key})
+        return await self.session.call_tool(tool, dict(arguments), meta=meta)
 
     async def list_tools(self) -> tuple[types.Tool, ...]:
         """Every tool the server lists, following its pages (at most 100 of them)."""

@@ -14,7 +14,7 @@ import mcp.types as types
 from mcp import MCPError
 from pydantic import ValidationError
 
-from ..spec import ToolAnnotations, ToolFailure, ToolOutcome, ToolSpec
+from ..spec import ToolAnnotations, ToolFailure, ToolOutcome, ToolSpec, call_context
 from .config import HTTPServerConfig, ServerConfig
 from .connection import CLOSE_TIMEOUT, Connection, transport
 from .errors import answer_error, answer_was_lost, failure_reason, source_gone
@@ -106,7 +106,9 @@ class MCPServer:
         """
         connection = await self._connected()
         try:
-            result = await connection.call_tool(tool, arguments)
+            call = call_context()
+            key = call.idempotency_key if call is not None else None
+            result = await connection.call_tool(tool, arguments, key)
         except MCPError as exc:
             if connection.gone.is_set() or answer_was_lost(exc):
                 connection.gone.set()

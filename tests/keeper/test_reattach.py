@@ -1,0 +1,188 @@
+"""A host killed with SIGKILL: the keeper keeps its interpreters, and the next host on the
+same state directory takes them back by shell name (docs/design.md: the keeper)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import GRACE, SANDBOX, eventually, is_gone, wait_for_file
+from toolscript import Runtime
+from toolscript.kernel.keeper import BOARD, SLOT
+
+from .conftest import WAIT, Hosts, gate, keeper_notes, open_gate, signal_file
+
+
+def _runtime(hosts: Hosts, **knobs: object) -> Runtime:
+    knobs.setdefault("grace", GRACE)
+    return Runtime(
+        state_dir=hosts.state_dir,
+        keep_interpreters=True,
+        sandbox=SANDBOX,
+        mounts={str(hosts.shared): "rw"},
+        pool_size=0,
+        **knobs,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.timeout(90)
+async def test_a_shell_taken_back_keeps_its_variables_and_its_running_script_finishes_once(
+    hosts: Hosts,
+) -> None:
+    code = signal_file(hosts, "started") + gate(hosts, "go") + "print('went on')\nx + 1\n"
+    host = await hosts.start([["main", "x = 41", 30, True], ["main", code, 30, False]])
+    await host.line("kernel")
+    kernel = host.kernels["main"]
+    await wait_for_file(hosts.shared / "started", WAIT)
+    await host.kill()
+    assert not is_gone(kernel), "the kernel died with its host"
+    await open_gate(hosts, "go")  # the script goes on while no host is attached
+
+    async with _runtime(hosts) as rt:
+        shell = rt.shell("main")
+        assert shell.generation == 1
+        recovered = await asyncio.wait_for(shell.recovered(), WAIT)
+        assert recovered is not None
+        assert (recovered.status, recovered.value) == ("ok", "42"), recovered.text
+        assert "went on" in recovered.stdout
+        assert "host restarted" in recovered.note
+        after = await shell.run("x")
+        assert (after.status, after.value, after.generation) == ("ok", "41", 1), after.text
+        assert "fresh interpreter" not in after.note
+        ended = [s for s in rt.journal.scripts(shell="main") if s.script_id == recovered.script_id]
+        assert [s.status for s in ended] == ["ok"]
+    await eventually(lambda: is_gone(kernel), WAIT, "the kernel was left running")
+
+
+@pytest.mark.timeout(90)
+async def test_the_keeper_interrupts_a_script_past_its_time_limit_while_no_host_is_attached(
+    hosts: Hosts,
+) -> None:
+    stopped = hosts.shared / "stopped"
+    code = (
+        signal_file(hosts, "started")
+        + "try:\n    while True:\n        pass\nexcept KeyboardInterrupt:\n"
+        + f"    open({str(stopped)!r}, 'w').close()\n    raise\n"
+    )
+    host = await hosts.start([["main", "x = 1", 30, True], ["main", code, 1.0, False]])
+    await host.line("kernel")
+    await wait_for_file(hosts.shared / "started", WAIT)
+    await host.kill()
+    await wait_for_file(stopped, WAIT)  # no host is attached: only the keeper can stop it
+
+    async with _runtime(hosts) as rt:
+        recovered = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert recovered is not None and recovered.status == "time_limit", recovered.text
+        after = await rt.shell("main").run("x")
+        assert (after.status, after.value) == ("ok", "1"), after.text
+
+
+@pytest.mark.timeout(90)
+async def test_the_keeper_kills_a_script_that_ignores_the_interrupt_after_the_grace_period(
+    hosts: Hosts,
+) -> None:
+    code = (
+        signal_file(hosts, "started")
+        + "import time\nwhile True:\n    try:\n        time.sleep(10)\n"
+        + "    except KeyboardInterrupt:\n        pass\n"
+    )
+    host = await hosts.start([["main", "x = 1", 30, True], ["main", code, 1.0, False]])
+    await host.line("kernel")
+    kernel = host.kernels["main"]
+    await wait_for_file(hosts.shared / "started", WAIT)
+    await host.kill()
+    await eventually(lambda: is_gone(kernel), WAIT, "the keeper did not kill the interpreter")
+
+    async with _runtime(hosts) as rt:
+        recovered = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert recovered is not None and recovered.status == "time_limit", recovered.text
+        assert recovered.interpreter_killed if hasattr(recovered, "interpreter_killed") else True
+        after = await rt.shell("main").run("'x' in globals()")
+        assert (after.status, after.value) == ("ok", "False"), after.text
+        assert "fresh interpreter" in after.note
+
+
+@pytest.mark.timeout(60)
+async def test_the_keeper_ends_interpreters_no_host_takes_back_in_the_window_and_exits(
+    hosts: Hosts,
+) -> None:
+    host = await hosts.start([["main", "x = 1", 30, True]], reattach_window=1.0)
+    await host.line("kernel")
+    kernel = host.kernels["main"]
+    [keeper] = hosts.keeper()
+    await host.kill()
+    await eventually(lambda: is_gone(kernel), WAIT, "the interpreter outlived the window")
+    await eventually(lambda: is_gone(keeper), WAIT, "the keeper did not exit")
+    assert not (hosts.state_dir / "keeper.sock").exists()
+
+    async with _runtime(hosts) as rt:
+        result = await rt.shell("main").run("'x' in globals()")
+        assert (result.status, result.value) == ("ok", "False"), result.text
+
+
+@pytest.mark.timeout(60)
+async def test_every_interpreter_dies_with_the_keeper(hosts: Hosts) -> None:
+    async with _runtime(hosts) as rt:
+        await rt.shell("main").run("x = 1")
+        kernel = rt.shell("main")._interpreter.kernel_pid()  # type: ignore[union-attr]
+        assert kernel is not None
+        [keeper] = hosts.keeper()
+        os.kill(keeper, 9)
+        await eventually(lambda: is_gone(kernel), WAIT, "an interpreter outlived its keeper")
+        result = await rt.shell("main").run("'x' in globals()")
+        assert result.status != "ok" or result.value == "False", result.text
+
+
+@pytest.mark.timeout(60)
+async def test_the_keeper_socket_is_private_and_the_keeper_exits_with_the_runtime(
+    hosts: Hosts,
+) -> None:
+    async with _runtime(hosts) as rt:
+        result = await rt.run("1 + 1")
+        assert result.value == "2", result.text
+        socket_path = hosts.state_dir / "keeper.sock"
+        assert stat.S_IMODE(socket_path.stat().st_mode) == 0o600
+        assert stat.S_ISSOCK(socket_path.stat().st_mode)
+        [keeper] = hosts.keeper()
+        with pytest.raises(Exception, match="another host is attached"):
+            await _runtime(hosts).start()
+    await eventually(lambda: is_gone(keeper), WAIT, "the keeper outlived its last host")
+    assert not Path(socket_path).exists()
+
+
+@pytest.mark.timeout(60)
+async def test_a_script_whose_end_the_dead_host_read_and_never_reported_is_not_killed(
+    hosts: Hosts,
+) -> None:
+    host = await hosts.start([["main", "x = 7\nx * 6", 30, True]])
+    await host.line("kernel")
+    kernel = host.kernels["main"]
+    status, script_id, value = host.results["main"]
+    assert (status, value) == ("ok", "42")
+    # As a host that read the script's `done` and was killed before it said, on the
+    # keeper's board, that the script had ended: the board still says it runs, for 0.2 s.
+    board = (hosts.state_dir / BOARD).read_bytes()
+    sequence = SLOT.unpack_from(board, 0)[0]
+    with open(hosts.state_dir / BOARD, "r+b") as file:
+        file.write(SLOT.pack(sequence + 2, time.time() + 0.2, GRACE, 30.0, script_id.encode(), b""))
+    await host.kill()
+    # The keeper interrupts it at the deadline; the idle kernel says its last `done` again,
+    # which the keeper finds in the channel: nothing is killed.
+    await eventually(
+        lambda: keeper_notes(hosts)[0]["meta"].get("keeper_saw_done") == "again",
+        WAIT,
+        "the keeper did not see the script's end said again",
+    )
+    assert not is_gone(kernel)
+
+    async with _runtime(hosts) as rt:
+        recovered = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert recovered is not None
+        assert (recovered.status, recovered.script_id) == ("ok", script_id), recovered.text
+        after = await rt.shell("main").run("x")
+        assert (after.status, after.value, after.generation) == ("ok", "7", 1), after.text
