@@ -30,6 +30,7 @@ import asyncio
 import base64
 import contextlib
 import itertools
+import json
 import logging
 import socket
 import time
@@ -43,9 +44,12 @@ from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.applications import Starlette
+from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from .. import ScriptResult
@@ -59,6 +63,8 @@ from .description import (
     run_python_description,
 )
 from .hosts import HostCheck, HostGate
+from .past import recall_for
+from .revival import RevivingSessions
 from .session import Session
 from .stdin import StdinLines
 
@@ -82,6 +88,10 @@ ABANDONED_STOP_MARGIN = 2.0
 
 PROGRESS_OUTPUT = 4_000
 """Characters of a running script's output (its last lines) a progress notification carries."""
+
+RECONNECT_AFTER_MS = 3_000
+"""How long a client whose stream broke is asked to wait before it resumes it (SSE `retry`),
+long enough for a server restarted at once to be listening again."""
 
 Transport = Literal["stdio", "http"]
 
@@ -195,12 +205,17 @@ class ToolscriptServer:
         with the bearer token. `allow_hosts` are extra `NAME[:PORT]` values for `Host`.
         """
         check = HostCheck.for_bind(host, port, allow_hosts=allow_hosts, allow_origins=allow_origins)
-        app = self.server.streamable_http_app(
-            streamable_http_path="/mcp",
-            host=host,
+        sessions = RevivingSessions(
+            self.server,
+            self.runtime,
+            retry_interval=RECONNECT_AFTER_MS,
             # The SDK's own check is on for a loopback bind only, and could not admit
             # --allow-host names there: HostGate checks every request instead.
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        app = Starlette(
+            routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(sessions))],
+            lifespan=lambda _: sessions.run(),
         )
         return HostGate(BearerTokenGate(app, token), check)
 
@@ -432,6 +447,16 @@ class ToolscriptServer:
                 session.abandoned = task
 
     async def _background_ended(self, session: Session, result: ScriptResult) -> None:
+        if self.transport == "http":  # kept first: a restarted server answers with it
+            answer = Answer.of(result)
+            with contextlib.suppress(Exception):  # the runtime may be closing
+                self.runtime.journal.record_result(
+                    answer.script_id or "",
+                    session.name,
+                    result.status,
+                    answer.text,
+                    json.dumps(answer.data),
+                )
         await session.notify(
             "notifications/message",
             {
@@ -460,34 +485,54 @@ class ToolscriptServer:
             return self._stdio
         if connection is None or connection.session_id is None:
             if self._stateless is None:
-                self._stateless = self._new_session("stateless")
+                self._stateless = self._new_session("mcp-stateless")
             return self._stateless
         session = connection.state.get(_SESSION_KEY)
         if isinstance(session, Session):
             return session
-        session = self._new_session()
+        session = self._new_session(self._kept_shell(connection, connection.session_id))
         session.notifier = connection
         connection.state[_SESSION_KEY] = session
 
         async def end() -> None:  # spawned: the SDK bounds this teardown tightly
-            self._spawn(self._end_session(session))
+            self._spawn(self._end_session(session, connection.session_id))
 
         connection.exit_stack.push_async_callback(end)
         return session
 
-    def _new_session(self, label: str | None = None) -> Session:
-        name = f"mcp-{label or next(self._numbers)}"
+    def _new_session(self, name: str | None = None) -> Session:
+        name = name or f"mcp-{next(self._numbers)}"
         session = Session(
             self.runtime.shell(name),
             max_time_limit=self.runtime.max_time_limit,
             keep_for=self.keep_results_for,
             keep_count=self.keep_results,
+            recall=recall_for(self.runtime, name),
         )
         self._sessions.add(session)
         return session
 
-    async def _end_session(self, session: Session) -> None:
+    def _kept_shell(self, connection: Connection, session_id: str) -> str:
+        """The shell name of an HTTP session: the one the journal keeps for it (a session a
+        restarted server took back), or a new one, kept from now on. Named from the
+        session id, so a restarted server's new sessions never take an old session's name."""
+        journal = self.runtime.journal
+        kept = journal.serve_session(session_id)
+        if kept is not None:
+            return kept.shell
+        shell = f"mcp-{session_id[:12]}"
+        client = connection.client_params
+        if client is not None:
+            details = client.model_dump_json(by_alias=True, exclude_none=True)
+            journal.remember_session(session_id, shell, connection.protocol_version, details)
+        return shell
+
+    async def _end_session(self, session: Session, session_id: str | None = None) -> None:
         self._sessions.discard(session)
+        if session_id is not None and not self._stopping:
+            # The client ended it, or it idled out: a restarted server must not take it back.
+            with contextlib.suppress(Exception):
+                self.runtime.journal.forget_session(session_id)
         await session.close()
 
     def _spawn(self, work: Awaitable[Any]) -> None:

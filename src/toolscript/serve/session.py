@@ -10,10 +10,10 @@ keeps them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from ..actions import Actions
+from ..actions import Actions, Answer
 from ..runtime import Shell
 
 __all__ = ["Notifier", "Session"]
@@ -27,14 +27,25 @@ class Notifier(Protocol):
 
 
 class Session:
-    """An MCP client session's shell, and the actions it takes on it."""
+    """An MCP client session's shell, and the actions it takes on it. `recall` answers for
+    background scripts it started before the server restarted (`serve.past`)."""
 
     def __init__(
-        self, shell: Shell, *, max_time_limit: float, keep_for: float, keep_count: int
+        self,
+        shell: Shell,
+        *,
+        max_time_limit: float,
+        keep_for: float,
+        keep_count: int,
+        recall: Callable[[str], Answer | None] | None = None,
     ) -> None:
         self.shell = shell
         self.actions = Actions(
-            shell, max_time_limit=max_time_limit, keep_for=keep_for, keep_count=keep_count
+            shell,
+            max_time_limit=max_time_limit,
+            keep_for=keep_for,
+            keep_count=keep_count,
+            recall=recall,
         )
         self.notifier: Notifier | None = None
         self.closed = False
