@@ -20,7 +20,16 @@ from mcp.shared.message import ClientMessageMetadata
 
 from tests.conftest import eventually, processes_with, wait_for_file
 
-from .conftest import HANDSHAKE, HTTPServer, Notes, http_server, mcp_headers, notes, structured, text
+from .conftest import (
+    HANDSHAKE,
+    HTTPServer,
+    Notes,
+    http_server,
+    mcp_headers,
+    notes,
+    structured,
+    text,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -49,7 +58,9 @@ async def session_on(
             read,
             write,
         ),
-        ClientSession(read, write, logging_callback=heard.hear_log, read_timeout_seconds=60) as client,
+        ClientSession(
+            read, write, logging_callback=heard.hear_log, read_timeout_seconds=60
+        ) as client,
     ):
         if session_id is None:
             await client.initialize()
@@ -101,9 +112,7 @@ async def test_a_killed_server_restarted_on_its_state_gives_the_client_back_its_
             60,
             "the background script's end was not announced",
         )
-        unfinished = await client.call_tool(
-            "run_python", {"code": gated(gate), "background": True}
-        )
+        unfinished = await client.call_tool("run_python", {"code": gated(gate), "background": True})
         unfinished_id = structured(unfinished)["script_id"]
 
         # A foreground run in flight when the server is killed: the client has its stream's

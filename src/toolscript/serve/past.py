@@ -17,6 +17,7 @@ session tracks that handle instead (`Actions` asks `recall` only for ids it does
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 
 from ..actions import Answer
@@ -28,9 +29,10 @@ HOST_RESTARTED = "host_restarted"
 """The status a background script is given when its server died while it ran."""
 
 
-def recall_for(runtime: Runtime, shell: str) -> Callable[[str], Answer | None]:
+def recall_for(runtime: Runtime, shell: str, keep_for: float) -> Callable[[str], Answer | None]:
     """The `recall` of a session whose shell is named `shell`: it answers for the scripts
-    that shell started, and for no other."""
+    that shell started, and for no other; for an ended one, within `keep_for` seconds of its
+    end, as the session itself does."""
 
     def recall(script_id: str) -> Answer | None:
         if not script_id.startswith(f"{shell}:"):
@@ -38,6 +40,8 @@ def recall_for(runtime: Runtime, shell: str) -> Callable[[str], Answer | None]:
         journal = runtime.journal
         stored = journal.stored_result(script_id)
         if stored is not None:
+            if time.time() - stored.ended_at > keep_for:
+                return None
             return Answer(
                 stored.text,
                 json.loads(stored.data),

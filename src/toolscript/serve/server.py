@@ -13,7 +13,9 @@ Sessions. A shell belongs to one MCP client session and is closed with it:
 
 - over stdio the process serves one client, so the process is the session;
 - over streamable HTTP a session is the SDK's (the `Mcp-Session-Id` the client got at its
-  handshake), and it ends when the client deletes it or it idles out in the SDK.
+  handshake), and it ends when the client deletes it or it idles out in the SDK. It is kept
+  in the journal, with its streams' events and its background results, so a server
+  restarted on the same state directory takes it back (`serve.revival`, `serve.past`).
 
 Goal: state that persists between calls of one client, and only that client.
 What fails: the 2026-07-28 protocol has no sessions (every HTTP request stands alone), and
@@ -53,15 +55,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from .. import ScriptResult
-from ..actions import Answer, no_such_tool, run_python_schema, script_id_schema
+from ..actions import Answer, no_such_tool
 from ..runtime import Runtime
 from .auth import BearerTokenGate
-from .description import (
-    catalogue_is_large,
-    list_tools_description,
-    matching_stubs,
-    run_python_description,
-)
+from .description import matching_stubs, tool_list
 from .hosts import HostCheck, HostGate
 from .past import recall_for
 from .revival import RevivingSessions
@@ -290,54 +287,7 @@ class ToolscriptServer:
     # -- the tool list -----------------------------------------------------------------------
 
     def _tool_list(self) -> list[types.Tool]:
-        tools = [
-            types.Tool(
-                name="run_python",
-                title="Run Python",
-                description=run_python_description(
-                    self.runtime, keep_results_for=self.keep_results_for
-                ),
-                input_schema=run_python_schema(
-                    default_time_limit=self.runtime.default_time_limit,
-                    max_time_limit=self.runtime.max_time_limit,
-                ),
-                annotations=types.ToolAnnotations(
-                    title="Run Python", destructive_hint=True, open_world_hint=True
-                ),
-            ),
-            types.Tool(
-                name="script_status",
-                title="Background script status",
-                description="The status of a background script started by run_python with "
-                "background=true: still running (and for how long), or its full result, in "
-                "the same shape as run_python's.",
-                input_schema=script_id_schema(),
-                annotations=types.ToolAnnotations(read_only_hint=True),
-            ),
-            types.Tool(
-                name="cancel_script",
-                title="Cancel a background script",
-                description="Stop a background script (an interrupt, then a kill if it does "
-                "not stop) and return its result, in the same shape as run_python's. Tool "
-                "calls it had in flight may still take effect: the result says which.",
-                input_schema=script_id_schema(),
-                annotations=types.ToolAnnotations(destructive_hint=True, idempotent_hint=True),
-            ),
-        ]
-        if catalogue_is_large(self.runtime):
-            tools.append(
-                types.Tool(
-                    name="list_tools",
-                    title="Tools for run_python",
-                    description=list_tools_description(),
-                    input_schema={
-                        "type": "object",
-                        "properties": {"query": {"type": "string", "default": ""}},
-                    },
-                    annotations=types.ToolAnnotations(read_only_hint=True),
-                )
-            )
-        return tools
+        return tool_list(self.runtime, keep_results_for=self.keep_results_for)
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -507,7 +457,7 @@ class ToolscriptServer:
             max_time_limit=self.runtime.max_time_limit,
             keep_for=self.keep_results_for,
             keep_count=self.keep_results,
-            recall=recall_for(self.runtime, name),
+            recall=recall_for(self.runtime, name, self.keep_results_for),
         )
         self._sessions.add(session)
         return session
