@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ClientMessageMetadata
 
 from tests.conftest import eventually, processes_with, wait_for_file
+from toolscript.serve.session import RESTARTED_NOTE
 
 from .conftest import (
     HANDSHAKE,
@@ -178,8 +179,13 @@ async def test_a_killed_server_restarted_on_its_state_gives_the_client_back_its_
             assert "was running when toolscript serve stopped" in text(lost)
 
             # The session keeps its shell (a new interpreter: the old one died).
-            ran = await client.call_tool("run_python", {"code": "1 + 1"})
+            ran = await client.call_tool("run_python", {"code": "x = 1\nx + 1"})
             assert structured(ran)["shell"] == finished_id.split(":")[0]
+            assert text(ran).startswith(RESTARTED_NOTE)
+            assert structured(ran)["server_restarted"] is True
+            again = await client.call_tool("run_python", {"code": "x + 1"})
+            assert structured(again)["value"] == "2"
+            assert RESTARTED_NOTE not in text(again)
 
         async with httpx2.AsyncClient() as http:
             unknown = await http.post(

@@ -364,7 +364,8 @@ class ToolscriptServer:
             # waits for that, rather than being refused as a second script in the shell.
             await asyncio.wait({stopping}, timeout=self.runtime.grace + ABANDONED_STOP_MARGIN)
         run = session.actions.run(request)
-        return _content(await self._with_progress(ctx, run, request.time_limit, session))
+        answer = await self._with_progress(ctx, run, request.time_limit, session)
+        return _content(session.tell_restart(answer))
 
     async def _with_progress(
         self,
@@ -440,7 +441,9 @@ class ToolscriptServer:
         session = connection.state.get(_SESSION_KEY)
         if isinstance(session, Session):
             return session
-        session = self._new_session(self._kept_shell(connection, connection.session_id))
+        shell, taken_back = self._kept_shell(connection, connection.session_id)
+        session = self._new_session(shell)
+        session.restarted = taken_back
         session.notifier = connection
         connection.state[_SESSION_KEY] = session
 
@@ -462,20 +465,21 @@ class ToolscriptServer:
         self._sessions.add(session)
         return session
 
-    def _kept_shell(self, connection: Connection, session_id: str) -> str:
-        """The shell name of an HTTP session: the one the journal keeps for it (a session a
-        restarted server took back), or a new one, kept from now on. Named from the
-        session id, so a restarted server's new sessions never take an old session's name."""
+    def _kept_shell(self, connection: Connection, session_id: str) -> tuple[str, bool]:
+        """The shell name of an HTTP session, and whether it was taken back: the name the
+        journal keeps for it (a session a restarted server took back), or a new one, kept
+        from now on. Named from the session id, so a restarted server's new sessions never
+        take an old session's name."""
         journal = self.runtime.journal
         kept = journal.serve_session(session_id)
         if kept is not None:
-            return kept.shell
+            return kept.shell, True
         shell = f"mcp-{session_id[:12]}"
         client = connection.client_params
         if client is not None:
             details = client.model_dump_json(by_alias=True, exclude_none=True)
             journal.remember_session(session_id, shell, connection.protocol_version, details)
-        return shell
+        return shell, False
 
     async def _end_session(self, session: Session, session_id: str | None = None) -> None:
         self._sessions.discard(session)

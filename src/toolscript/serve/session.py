@@ -10,13 +10,20 @@ keeps them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..actions import Actions, Answer
 from ..runtime import Shell
 
-__all__ = ["Notifier", "Session"]
+__all__ = ["RESTARTED_NOTE", "Notifier", "Session"]
+
+RESTARTED_NOTE = (
+    "Note: toolscript serve restarted since this session's last run, and this shell's "
+    "interpreter ended with it: variables, imports and functions defined before are gone."
+)
+"""What the first run after a session was taken back by a restarted server says first."""
 
 
 class Notifier(Protocol):
@@ -51,6 +58,9 @@ class Session:
         self.closed = False
         self.abandoned: asyncio.Task[Any] | None = None
         """The last foreground run the client gave up on, while the runtime stops it."""
+        self.restarted = False
+        """The server restarted since this session's shell last ran (a session taken back):
+        the next run's answer says that the variables set before are gone."""
 
     @property
     def name(self) -> str:
@@ -62,6 +72,18 @@ class Session:
         notifier = self.notifier
         if notifier is not None and not self.closed:
             await notifier.notify(method, params)
+
+    def tell_restart(self, answer: Answer) -> Answer:
+        """`answer`, saying first, once, that the server restarted since the shell last ran,
+        so the variables set before are gone (a refusal is passed as it is)."""
+        if not self.restarted or answer.data is None:
+            return answer
+        self.restarted = False
+        return dataclasses.replace(
+            answer,
+            text=f"{RESTARTED_NOTE}\n\n{answer.text}",
+            data={**answer.data, "server_restarted": True},
+        )
 
     async def close(self) -> None:
         """Cancel its running background scripts and stop its interpreter. Bounded."""
