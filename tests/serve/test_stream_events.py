@@ -154,3 +154,9 @@ def test_sessions_and_background_results_outlive_the_journal_that_kept_them(
         assert result is not None
         assert (result.status, result.text, result.data) == ("ok", "exit 0 · ok", '{"value": "42"}')
         assert after.stored_result("mcp-abc:bg-2") is None
+
+
+async def test_an_event_that_cannot_be_stored_is_sent_without_an_id(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path / "journal.sqlite3")
+    journal.close()
+    assert await events_of(journal, "session-a").store_event("1", progress(1)) == ""

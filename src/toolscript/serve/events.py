@@ -17,6 +17,8 @@ the replay ends it with an error saying so, which is stored too.
 
 from __future__ import annotations
 
+import logging
+
 import anyio.to_thread
 from mcp.server.streamable_http import (
     GET_STREAM_KEY,
@@ -46,6 +48,8 @@ RESTARTED_MID_REQUEST = (
 )
 """The error that ends a resumed stream whose server died before answering."""
 
+_log = logging.getLogger(__name__)
+
 
 class SessionEvents(EventStore):
     """The events of one session's streams, stored in the runtime's journal."""
@@ -55,15 +59,23 @@ class SessionEvents(EventStore):
         self.session_id = session_id
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
-        """Store an event (committed before it is sent) and give its id."""
+        """Store an event (committed before it is sent) and give its id.
+
+        An event that cannot be stored (the journal's disk is full, say) is sent all the
+        same, without an id: the client gets it, but cannot resume after it.
+        """
         text = (
             None if message is None else message.model_dump_json(by_alias=True, exclude_unset=True)
         )
         is_answer = isinstance(message, JSONRPCResponse | JSONRPCError)
-        journal = self.runtime.journal
-        event_id = await anyio.to_thread.run_sync(
-            journal.store_event, self.session_id, stream_id, text, is_answer
-        )
+        try:
+            journal = self.runtime.journal
+            event_id = await anyio.to_thread.run_sync(
+                journal.store_event, self.session_id, stream_id, text, is_answer
+            )
+        except Exception as error:
+            _log.warning("toolscript serve: a stream event was not stored: %s", error)
+            return ""
         return str(event_id)
 
     async def replay_events_after(
