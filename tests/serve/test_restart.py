@@ -199,3 +199,30 @@ async def test_a_killed_server_restarted_on_its_state_gives_the_client_back_its_
     await eventually(
         lambda: not processes_with(str(tmp_path)), 30, "processes of the servers were left"
     )
+
+
+async def test_a_server_stopped_cleanly_and_started_again_reports_the_scripts_it_stopped(
+    tmp_path: Path,
+) -> None:
+    gate, running_mark = tmp_path / "gate", tmp_path / "running"
+    async with http_server(tmp_path) as first, session_on(first) as (client, named):
+        session_id = named[-1]
+        started = await client.call_tool(
+            "run_python", {"code": gated(gate, running_mark), "background": True}
+        )
+        script_id = structured(started)["script_id"]
+        await wait_for_file(running_mark, 60)
+        first.process.terminate()
+        assert await first.process.wait() == 0
+
+    async with (
+        http_server(tmp_path) as second,
+        session_on(second, session_id=session_id) as (client, _),
+    ):
+        status = await client.call_tool("script_status", {"script_id": script_id})
+        assert structured(status)["status"] == "cancelled"
+        assert "toolscript serve stopped" in text(status)
+
+    await eventually(
+        lambda: not processes_with(str(tmp_path)), 30, "processes of the servers were left"
+    )

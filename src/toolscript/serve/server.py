@@ -280,7 +280,10 @@ class ToolscriptServer:
         """End every session: cancel their background scripts, stop their interpreters."""
         sessions = [*self._sessions]
         self._sessions.clear()
-        await asyncio.gather(*(session.close() for session in sessions), return_exceptions=True)
+        reason = "toolscript serve stopped" if self._stopping else "the MCP client's session ended"
+        await asyncio.gather(
+            *(session.close(reason) for session in sessions), return_exceptions=True
+        )
         for task in [*self._tasks]:
             task.cancel()
 

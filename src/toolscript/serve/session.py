@@ -85,10 +85,11 @@ class Session:
             data={**answer.data, "server_restarted": True},
         )
 
-    async def close(self) -> None:
-        """Cancel its running background scripts and stop its interpreter. Bounded."""
+    async def close(self, reason: str = "the MCP client's session ended") -> None:
+        """Cancel its running background scripts, giving `reason`, and stop its
+        interpreter. Bounded."""
         if self.closed:
             return
         self.closed = True
-        await self.actions.close("the MCP client's session ended")
+        await self.actions.close(reason)
         await self.shell.close()
