@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,12 @@ async def session_on(
         if session_id is None:
             await client.initialize()
         yield client, named
+
+
+def kept_sessions(folder: Path) -> list[str]:
+    """The session ids the journal of the servers in `folder` keeps."""
+    with contextlib.closing(sqlite3.connect(folder / "journal.sqlite3")) as journal:
+        return [row[0] for row in journal.execute("SELECT session_id FROM serve_sessions")]
 
 
 def run_python(code: str, **arguments: Any) -> types.CallToolRequest:
@@ -222,6 +229,16 @@ async def test_a_server_stopped_cleanly_and_started_again_reports_the_scripts_it
         status = await client.call_tool("script_status", {"script_id": script_id})
         assert structured(status)["status"] == "cancelled"
         assert "toolscript serve stopped" in text(status)
+
+        # A session its client ends is forgotten: no later server takes it back.
+        assert kept_sessions(tmp_path) == [session_id]
+        async with httpx2.AsyncClient() as http:
+            ended = await http.delete(
+                second.url,
+                headers={**mcp_headers(session_id), "Authorization": f"Bearer {second.token}"},
+            )
+            assert ended.status_code == 200
+        await eventually(lambda: not kept_sessions(tmp_path), 10, "the session was kept")
 
     await eventually(
         lambda: not processes_with(str(tmp_path)), 30, "processes of the servers were left"
