@@ -296,6 +296,10 @@ class Actions:
     `check_run(arguments)` gives a `RunRequest` or the refusal, then `run(request)` runs it in
     the foreground, or `start(request)` in the background. `script_status(arguments)` and
     `cancel_script(arguments)` are one step each. `close(reason)` cancels what still runs.
+
+    `recall(script_id)`, when given, answers `script_status` and `cancel_script` for a
+    script this conversation does not hold (one started before the face restarted), or
+    gives `None` to refuse as for an unknown id.
     """
 
     def __init__(
@@ -305,11 +309,13 @@ class Actions:
         max_time_limit: float,
         keep_for: float = KEEP_FOR,
         keep_count: int = KEEP_COUNT,
+        recall: Callable[[str], Answer | None] | None = None,
     ) -> None:
         self.shell = shell
         self.max_time_limit = max_time_limit
         self.keep_for = keep_for
         self.keep_count = keep_count
+        self.recall = recall
         self._scripts: OrderedDict[str, _Tracked] = OrderedDict()
 
     # -- run_python ----------------------------------------------------------------------
@@ -441,6 +447,9 @@ class Actions:
             return _refused(action, problems)
         self._forget_old()
         tracked = self._scripts.get(script_id)
+        recalled = None if tracked or self.recall is None else self.recall(script_id)
+        if recalled is not None:
+            return recalled
         if tracked is None:
             return Answer.refusal(
                 f"There is no background script {script_id!r} here (known: {self._known()}). "

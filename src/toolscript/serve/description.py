@@ -9,6 +9,9 @@ not pay for all their signatures in every request.
 
 from __future__ import annotations
 
+import mcp.types as types
+
+from ..actions import run_python_schema, script_id_schema
 from ..runtime import Runtime
 
 __all__ = [
@@ -19,6 +22,7 @@ __all__ = [
     "list_tools_description",
     "matching_stubs",
     "run_python_description",
+    "tool_list",
 ]
 
 STUBS_LIMIT = 12_000
@@ -152,3 +156,54 @@ def _failures(runtime: Runtime) -> str:
         return ""
     lines = [f"- {name}: {reason}" for name, reason in failures.items()]
     return "These MCP servers did not start, so their tools are missing:\n" + "\n".join(lines)
+
+
+def tool_list(runtime: Runtime, *, keep_results_for: float) -> list[types.Tool]:
+    """The tools toolscript offers: `run_python`, `script_status`, `cancel_script`, and
+    `list_tools` when the catalogue is too large to describe up front."""
+    tools = [
+        types.Tool(
+            name="run_python",
+            title="Run Python",
+            description=run_python_description(runtime, keep_results_for=keep_results_for),
+            input_schema=run_python_schema(
+                default_time_limit=runtime.default_time_limit,
+                max_time_limit=runtime.max_time_limit,
+            ),
+            annotations=types.ToolAnnotations(
+                title="Run Python", destructive_hint=True, open_world_hint=True
+            ),
+        ),
+        types.Tool(
+            name="script_status",
+            title="Background script status",
+            description="The status of a background script started by run_python with "
+            "background=true: still running (and for how long), or its full result, in "
+            "the same shape as run_python's.",
+            input_schema=script_id_schema(),
+            annotations=types.ToolAnnotations(read_only_hint=True),
+        ),
+        types.Tool(
+            name="cancel_script",
+            title="Cancel a background script",
+            description="Stop a background script (an interrupt, then a kill if it does "
+            "not stop) and return its result, in the same shape as run_python's. Tool "
+            "calls it had in flight may still take effect: the result says which.",
+            input_schema=script_id_schema(),
+            annotations=types.ToolAnnotations(destructive_hint=True, idempotent_hint=True),
+        ),
+    ]
+    if catalogue_is_large(runtime):
+        tools.append(
+            types.Tool(
+                name="list_tools",
+                title="Tools for run_python",
+                description=list_tools_description(),
+                input_schema={
+                    "type": "object",
+                    "properties": {"query": {"type": "string", "default": ""}},
+                },
+                annotations=types.ToolAnnotations(read_only_hint=True),
+            )
+        )
+    return tools

@@ -13,7 +13,9 @@ Sessions. A shell belongs to one MCP client session and is closed with it:
 
 - over stdio the process serves one client, so the process is the session;
 - over streamable HTTP a session is the SDK's (the `Mcp-Session-Id` the client got at its
-  handshake), and it ends when the client deletes it or it idles out in the SDK.
+  handshake), and it ends when the client deletes it or it idles out in the SDK. It is kept
+  in the journal, with its streams' events and its background results, so a server
+  restarted on the same state directory takes it back (`serve.revival`, `serve.past`).
 
 Goal: state that persists between calls of one client, and only that client.
 What fails: the 2026-07-28 protocol has no sessions (every HTTP request stands alone), and
@@ -30,6 +32,7 @@ import asyncio
 import base64
 import contextlib
 import itertools
+import json
 import logging
 import socket
 import time
@@ -43,22 +46,22 @@ from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.applications import Starlette
+from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from .. import ScriptResult
-from ..actions import Answer, no_such_tool, run_python_schema, script_id_schema
+from ..actions import Answer, no_such_tool
 from ..runtime import Runtime
 from .auth import BearerTokenGate
-from .description import (
-    catalogue_is_large,
-    list_tools_description,
-    matching_stubs,
-    run_python_description,
-)
+from .description import matching_stubs, tool_list
 from .hosts import HostCheck, HostGate
+from .past import recall_for
+from .revival import RevivingSessions
 from .session import Session
 from .stdin import StdinLines
 
@@ -82,6 +85,10 @@ ABANDONED_STOP_MARGIN = 2.0
 
 PROGRESS_OUTPUT = 4_000
 """Characters of a running script's output (its last lines) a progress notification carries."""
+
+RECONNECT_AFTER_MS = 3_000
+"""How long a client whose stream broke is asked to wait before it resumes it (SSE `retry`),
+long enough for a server restarted at once to be listening again."""
 
 Transport = Literal["stdio", "http"]
 
@@ -195,12 +202,17 @@ class ToolscriptServer:
         with the bearer token. `allow_hosts` are extra `NAME[:PORT]` values for `Host`.
         """
         check = HostCheck.for_bind(host, port, allow_hosts=allow_hosts, allow_origins=allow_origins)
-        app = self.server.streamable_http_app(
-            streamable_http_path="/mcp",
-            host=host,
+        sessions = RevivingSessions(
+            self.server,
+            self.runtime,
+            retry_interval=RECONNECT_AFTER_MS,
             # The SDK's own check is on for a loopback bind only, and could not admit
             # --allow-host names there: HostGate checks every request instead.
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        app = Starlette(
+            routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(sessions))],
+            lifespan=lambda _: sessions.run(),
         )
         return HostGate(BearerTokenGate(app, token), check)
 
@@ -268,61 +280,17 @@ class ToolscriptServer:
         """End every session: cancel their background scripts, stop their interpreters."""
         sessions = [*self._sessions]
         self._sessions.clear()
-        await asyncio.gather(*(session.close() for session in sessions), return_exceptions=True)
+        reason = "toolscript serve stopped" if self._stopping else "the MCP client's session ended"
+        await asyncio.gather(
+            *(session.close(reason) for session in sessions), return_exceptions=True
+        )
         for task in [*self._tasks]:
             task.cancel()
 
     # -- the tool list -----------------------------------------------------------------------
 
     def _tool_list(self) -> list[types.Tool]:
-        tools = [
-            types.Tool(
-                name="run_python",
-                title="Run Python",
-                description=run_python_description(
-                    self.runtime, keep_results_for=self.keep_results_for
-                ),
-                input_schema=run_python_schema(
-                    default_time_limit=self.runtime.default_time_limit,
-                    max_time_limit=self.runtime.max_time_limit,
-                ),
-                annotations=types.ToolAnnotations(
-                    title="Run Python", destructive_hint=True, open_world_hint=True
-                ),
-            ),
-            types.Tool(
-                name="script_status",
-                title="Background script status",
-                description="The status of a background script started by run_python with "
-                "background=true: still running (and for how long), or its full result, in "
-                "the same shape as run_python's.",
-                input_schema=script_id_schema(),
-                annotations=types.ToolAnnotations(read_only_hint=True),
-            ),
-            types.Tool(
-                name="cancel_script",
-                title="Cancel a background script",
-                description="Stop a background script (an interrupt, then a kill if it does "
-                "not stop) and return its result, in the same shape as run_python's. Tool "
-                "calls it had in flight may still take effect: the result says which.",
-                input_schema=script_id_schema(),
-                annotations=types.ToolAnnotations(destructive_hint=True, idempotent_hint=True),
-            ),
-        ]
-        if catalogue_is_large(self.runtime):
-            tools.append(
-                types.Tool(
-                    name="list_tools",
-                    title="Tools for run_python",
-                    description=list_tools_description(),
-                    input_schema={
-                        "type": "object",
-                        "properties": {"query": {"type": "string", "default": ""}},
-                    },
-                    annotations=types.ToolAnnotations(read_only_hint=True),
-                )
-            )
-        return tools
+        return tool_list(self.runtime, keep_results_for=self.keep_results_for)
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -399,7 +367,8 @@ class ToolscriptServer:
             # waits for that, rather than being refused as a second script in the shell.
             await asyncio.wait({stopping}, timeout=self.runtime.grace + ABANDONED_STOP_MARGIN)
         run = session.actions.run(request)
-        return _content(await self._with_progress(ctx, run, request.time_limit, session))
+        answer = await self._with_progress(ctx, run, request.time_limit, session)
+        return _content(session.tell_restart(answer))
 
     async def _with_progress(
         self,
@@ -432,6 +401,16 @@ class ToolscriptServer:
                 session.abandoned = task
 
     async def _background_ended(self, session: Session, result: ScriptResult) -> None:
+        if self.transport == "http":  # kept first: a restarted server answers with it
+            answer = Answer.of(result)
+            with contextlib.suppress(Exception):  # the runtime may be closing
+                self.runtime.journal.record_result(
+                    answer.script_id or "",
+                    session.name,
+                    result.status,
+                    answer.text,
+                    json.dumps(answer.data),
+                )
         await session.notify(
             "notifications/message",
             {
@@ -460,34 +439,57 @@ class ToolscriptServer:
             return self._stdio
         if connection is None or connection.session_id is None:
             if self._stateless is None:
-                self._stateless = self._new_session("stateless")
+                self._stateless = self._new_session("mcp-stateless")
             return self._stateless
         session = connection.state.get(_SESSION_KEY)
         if isinstance(session, Session):
             return session
-        session = self._new_session()
+        shell, taken_back = self._kept_shell(connection, connection.session_id)
+        session = self._new_session(shell)
+        session.restarted = taken_back
         session.notifier = connection
         connection.state[_SESSION_KEY] = session
 
         async def end() -> None:  # spawned: the SDK bounds this teardown tightly
-            self._spawn(self._end_session(session))
+            self._spawn(self._end_session(session, connection.session_id))
 
         connection.exit_stack.push_async_callback(end)
         return session
 
-    def _new_session(self, label: str | None = None) -> Session:
-        name = f"mcp-{label or next(self._numbers)}"
+    def _new_session(self, name: str | None = None) -> Session:
+        name = name or f"mcp-{next(self._numbers)}"
         session = Session(
             self.runtime.shell(name),
             max_time_limit=self.runtime.max_time_limit,
             keep_for=self.keep_results_for,
             keep_count=self.keep_results,
+            recall=recall_for(self.runtime, name, self.keep_results_for),
         )
         self._sessions.add(session)
         return session
 
-    async def _end_session(self, session: Session) -> None:
+    def _kept_shell(self, connection: Connection, session_id: str) -> tuple[str, bool]:
+        """The shell name of an HTTP session, and whether it was taken back: the name the
+        journal keeps for it (a session a restarted server took back), or a new one, kept
+        from now on. Named from the session id, so a restarted server's new sessions never
+        take an old session's name."""
+        journal = self.runtime.journal
+        kept = journal.serve_session(session_id)
+        if kept is not None:
+            return kept.shell, True
+        shell = f"mcp-{session_id[:12]}"
+        client = connection.client_params
+        if client is not None:
+            details = client.model_dump_json(by_alias=True, exclude_none=True)
+            journal.remember_session(session_id, shell, connection.protocol_version, details)
+        return shell, False
+
+    async def _end_session(self, session: Session, session_id: str | None = None) -> None:
         self._sessions.discard(session)
+        if session_id is not None and not self._stopping:
+            # The client ended it, or it idled out: a restarted server must not take it back.
+            with contextlib.suppress(Exception):
+                self.runtime.journal.forget_session(session_id)
         await session.close()
 
     def _spawn(self, work: Awaitable[Any]) -> None:

@@ -10,13 +10,20 @@ keeps them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from ..actions import Actions
+from ..actions import Actions, Answer
 from ..runtime import Shell
 
-__all__ = ["Notifier", "Session"]
+__all__ = ["RESTARTED_NOTE", "Notifier", "Session"]
+
+RESTARTED_NOTE = (
+    "Note: toolscript serve restarted since this session's last run, and this shell's "
+    "interpreter ended with it: variables, imports and functions defined before are gone."
+)
+"""What the first run after a session was taken back by a restarted server says first."""
 
 
 class Notifier(Protocol):
@@ -27,19 +34,33 @@ class Notifier(Protocol):
 
 
 class Session:
-    """An MCP client session's shell, and the actions it takes on it."""
+    """An MCP client session's shell, and the actions it takes on it. `recall` answers for
+    background scripts it started before the server restarted (`serve.past`)."""
 
     def __init__(
-        self, shell: Shell, *, max_time_limit: float, keep_for: float, keep_count: int
+        self,
+        shell: Shell,
+        *,
+        max_time_limit: float,
+        keep_for: float,
+        keep_count: int,
+        recall: Callable[[str], Answer | None] | None = None,
     ) -> None:
         self.shell = shell
         self.actions = Actions(
-            shell, max_time_limit=max_time_limit, keep_for=keep_for, keep_count=keep_count
+            shell,
+            max_time_limit=max_time_limit,
+            keep_for=keep_for,
+            keep_count=keep_count,
+            recall=recall,
         )
         self.notifier: Notifier | None = None
         self.closed = False
         self.abandoned: asyncio.Task[Any] | None = None
         """The last foreground run the client gave up on, while the runtime stops it."""
+        self.restarted = False
+        """The server restarted since this session's shell last ran (a session taken back):
+        the next run's answer says that the variables set before are gone."""
 
     @property
     def name(self) -> str:
@@ -52,10 +73,23 @@ class Session:
         if notifier is not None and not self.closed:
             await notifier.notify(method, params)
 
-    async def close(self) -> None:
-        """Cancel its running background scripts and stop its interpreter. Bounded."""
+    def tell_restart(self, answer: Answer) -> Answer:
+        """`answer`, saying first, once, that the server restarted since the shell last ran,
+        so the variables set before are gone (a refusal is passed as it is)."""
+        if not self.restarted or answer.data is None:
+            return answer
+        self.restarted = False
+        return dataclasses.replace(
+            answer,
+            text=f"{RESTARTED_NOTE}\n\n{answer.text}",
+            data={**answer.data, "server_restarted": True},
+        )
+
+    async def close(self, reason: str = "the MCP client's session ended") -> None:
+        """Cancel its running background scripts, giving `reason`, and stop its
+        interpreter. Bounded."""
         if self.closed:
             return
         self.closed = True
-        await self.actions.close("the MCP client's session ended")
+        await self.actions.close(reason)
         await self.shell.close()

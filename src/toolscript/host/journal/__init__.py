@@ -45,12 +45,19 @@ from .records import (
     JournalClosedError,
     JournalScript,
     JournalVersionError,
+    ReplayedStream,
+    ServeSession,
     StartRow,
+    StoredResult,
+    StreamEvent,
 )
 from .schema import SCHEMA_VERSION
+from .serving import EVENTS_KEPT, EVENTS_KEPT_FOR
 from .store import JOURNAL_FILE_NAME, MEMORY, Journal
 
 __all__ = [
+    "EVENTS_KEPT",
+    "EVENTS_KEPT_FOR",
     "FLUSH_INTERVAL",
     "JOURNAL_FILE_NAME",
     "MEMORY",
@@ -65,6 +72,10 @@ __all__ = [
     "JournalClosedError",
     "JournalScript",
     "JournalVersionError",
+    "ReplayedStream",
+    "ServeSession",
     "StartRow",
+    "StoredResult",
+    "StreamEvent",
     "state_dir",
 ]

@@ -100,6 +100,56 @@ class JournalScript:
     violation: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One stored event of a client's stream: its id, the JSON-RPC message as JSON (`None`
+    for the event that marks the stream's start), and whether it is the answer ending it."""
+
+    event_id: int
+    message: str | None
+    is_answer: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedStream:
+    """The events of one stream after the event a client last saw.
+
+    `answered` says the stream holds its answer (before or after that event); `by_this_host`
+    that this host stored some of its events. A stream neither answered nor stored by this
+    host was left unanswered by a host that is gone: no answer will come.
+    """
+
+    session: str
+    stream: str
+    events: list[StreamEvent]
+    answered: bool
+    by_this_host: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSession:
+    """A `toolscript serve` client session as kept for a restarted server: its id, its
+    shell's name, its protocol version, its `initialize` parameters (JSON) and when it
+    opened (seconds since the epoch)."""
+
+    session_id: str
+    shell: str
+    protocol_version: str
+    client: str
+    opened_at: float
+
+
+class StoredResult(NamedTuple):
+    """A background script's result as its client read it: its text and its data (JSON)."""
+
+    script_id: str
+    shell: str
+    status: str
+    text: str
+    data: str
+    ended_at: float
+
+
 class JournalVersionError(Exception):
     """The journal was written by a newer toolscript, with a schema this one does not know."""
 

@@ -53,6 +53,39 @@ CREATE TABLE calls (
 CREATE INDEX calls_uncertain ON calls (shell) WHERE uncertain_reason IS NOT NULL;
 """
 
+# Added to version 1 without a new version, like `scripts.violation`: tables older code
+# neither reads nor writes, so both can keep sharing the file. `toolscript serve` keeps in
+# them what a restarted server needs: its clients' sessions, the events of their streams,
+# and the results of background scripts.
+_SERVE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS stream_events (
+    event_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session TEXT NOT NULL,
+    stream TEXT NOT NULL,
+    message TEXT,
+    is_answer INTEGER NOT NULL,
+    host_id INTEGER NOT NULL,
+    stored_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS stream_events_by_stream ON stream_events (session, stream, event_id);
+CREATE TABLE IF NOT EXISTS serve_sessions (
+    session_id TEXT PRIMARY KEY,
+    shell TEXT NOT NULL,
+    protocol_version TEXT NOT NULL,
+    client TEXT NOT NULL,
+    opened_at REAL NOT NULL,
+    used_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS script_results (
+    script_id TEXT PRIMARY KEY,
+    shell TEXT NOT NULL,
+    status TEXT NOT NULL,
+    text TEXT NOT NULL,
+    data TEXT NOT NULL,
+    ended_at REAL NOT NULL
+);
+"""
+
 # Goal: journaling a call costs the host's hot path little, and a host killed at any moment
 # after `record_calls` returned leaves its calls findable. What fails: a commit per call
 # (file locks and writes for every INSERT), and indexes on `calls` (each adds a page to every
@@ -124,3 +157,6 @@ def _prepare_schema(db: sqlite3.Connection, where: str) -> None:
                 # Added to version 1 without a new version: a nullable column that older
                 # code neither reads nor writes, so both can keep sharing the file.
                 db.execute("ALTER TABLE scripts ADD COLUMN violation TEXT")
+        for statement in _SERVE_SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)

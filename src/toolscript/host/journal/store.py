@@ -32,6 +32,7 @@ from .records import (
     StartRow,
 )
 from .schema import _prepare_schema, _Transaction
+from .serving import EVENTS_KEPT, _prune_serving, _ServeRecords
 
 JOURNAL_FILE_NAME = "journal.sqlite3"
 """The journal's file name under the state directory."""
@@ -48,7 +49,7 @@ _CALL_COLUMNS = (
 )
 
 
-class Journal(_WriteBehind):
+class Journal(_ServeRecords, _WriteBehind):
     """The durable record of scripts and tool calls, and the queries the runtime and CLI ask.
 
     Open one with `Journal.open(...)`. Each open journal is one host: it writes a `hosts`
@@ -68,9 +69,11 @@ class Journal(_WriteBehind):
     def __init__(self, connection: sqlite3.Connection, path: Path | None) -> None:
         """Use `Journal.open`; this takes a connection whose schema is ready."""
         super().__init__(connection, path)
+        self._stored_since_prune = 0
         with self._db_lock, _Transaction(self._db):
             self.host_id = _register_host(self._db, self._me)
             _sweep_gone_hosts(self._db, self.host_id, self._me, path)
+            _prune_serving(self._db, time.time(), EVENTS_KEPT)
         if path is not None:
             # Created after our `hosts` row is committed: another host that finds the file
             # also finds the row, and leaves the file alone while we live.
