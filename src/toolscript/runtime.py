@@ -589,5 +589,8 @@ class Runtime:
 
     @property
     def background(self) -> list[ScriptHandle]:
-        """Background scripts still running."""
+        """Background scripts still running. With `keep_interpreters`, those a host that is
+        gone had started, and this one took back, are here when `start` returns, and none
+        has ended before the caller first awaits: `ScriptHandle.add_done_callback` hears of
+        every end."""
         return self._background.running()
