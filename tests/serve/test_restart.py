@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import sqlite3
 from collections.abc import AsyncIterator
@@ -299,6 +300,13 @@ async def test_a_killed_server_that_keeps_its_interpreters_gives_back_scripts_an
         cancelled = await client.call_tool("cancel_script", {"script_id": running_id})
         assert structured(cancelled)["status"] in ("cancelled", "stopped"), text(cancelled)
         assert CANCEL_REASON in text(cancelled)
+        # The session is told of the end of a script it took back: on its standalone
+        # stream, stored for a client that (re)opens it.
+        await eventually(
+            lambda: announced(tmp_path, session_id) == [running_id],
+            30,
+            "the end of the script taken back was not announced",
+        )
 
         # The shell's interpreter was kept: its variables are there, and the note says so.
         ran = await client.call_tool("run_python", {"code": "x + 1"})
@@ -321,3 +329,14 @@ def kept_results(folder: Path) -> dict[str, str]:
     """The background results the journal of the servers in `folder` keeps, by script id."""
     with contextlib.closing(sqlite3.connect(folder / "journal.sqlite3")) as journal:
         return dict(journal.execute("SELECT script_id, status FROM script_results"))
+
+
+def announced(folder: Path, session_id: str) -> list[str]:
+    """The script ids whose end a session's standalone stream announced, as stored."""
+    with contextlib.closing(sqlite3.connect(folder / "journal.sqlite3")) as journal:
+        rows = journal.execute(
+            "SELECT message FROM stream_events WHERE session = ? AND stream = '_GET_stream'",
+            (session_id,),
+        )
+        found = [json.loads(row[0]).get("params", {}).get("data", {}) for row in rows if row[0]]
+    return [data["script_id"] for data in found if data.get("event") == "background_script_ended"]
