@@ -26,6 +26,9 @@ What is durable, and when:
 
 An in-memory journal (`":memory:"`) has no intent files: it lives as long as the object.
 
+The agent's turns are kept here too (`Journal.turns`, `toolscript.host.journal.turns`), each
+saved as it goes so that a turn whose process died can be resumed.
+
 Uncertain calls are those whose effect is unknown: settled `pending` when their script ended
 and never answered since (reason `pending_at_settle`), or left in flight (no answer and no
 fate, or settled `pending`) by a host that is gone (reason `host_gone`).
@@ -48,6 +51,7 @@ from .records import (
 )
 from .schema import SCHEMA_VERSION
 from .store import JOURNAL_FILE_NAME, MEMORY, Journal, state_dir
+from .turns import JournalTurn, TurnRecords
 
 __all__ = [
     "FLUSH_INTERVAL",
@@ -63,7 +67,9 @@ __all__ = [
     "JournalCall",
     "JournalClosedError",
     "JournalScript",
+    "JournalTurn",
     "JournalVersionError",
     "StartRow",
+    "TurnRecords",
     "state_dir",
 ]

@@ -33,6 +33,7 @@ from .records import (
     StartRow,
 )
 from .schema import _prepare_schema, _Transaction
+from .turns import TurnRecords
 
 JOURNAL_FILE_NAME = "journal.sqlite3"
 """The journal's file name under the state directory."""
@@ -84,6 +85,8 @@ class Journal(_WriteBehind):
         with self._db_lock, _Transaction(self._db):
             self.host_id = _register_host(self._db, self._me)
             _sweep_gone_hosts(self._db, self.host_id, self._me, path)
+        self.turns = TurnRecords(self._db, self._db_lock, self.host_id, self._check_open)
+        """The agent's turns, saved as they go (`toolscript.agent` resumes them)."""
         if path is not None:
             # Created after our `hosts` row is committed: another host that finds the file
             # also finds the row, and leaves the file alone while we live.
