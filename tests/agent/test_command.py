@@ -61,7 +61,7 @@ async def test_the_command_prints_the_whole_turn_as_json(standin: StandIn) -> No
     assert (turn["stop_reason"], turn["steps"], turn["summary"]) == ("end_turn", 2, "printed 42")
     scripts = [e for e in turn["transcript"] if e["role"] == "script"]
     assert "42" in scripts[0]["result"]["stdout"]
-    assert "script shell-1:" in err
+    assert f"script turn-{turn['turn_id']}:" in err
 
 
 async def test_the_command_prints_a_summary_and_fails_when_the_turn_did_not_end_by_the_model(

@@ -81,6 +81,20 @@ class ToolResult:
     text: str
     is_error: bool = False
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form for the transcript."""
+        return {
+            "call_id": self.call_id,
+            "name": self.name,
+            "text": self.text,
+            "is_error": self.is_error,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolResult:
+        """The result `to_dict` gave."""
+        return cls(data["call_id"], data["name"], data["text"], bool(data["is_error"]))
+
 
 @dataclass(frozen=True, slots=True)
 class ToolResults:
@@ -94,15 +108,29 @@ class ToolResults:
         """JSON-safe form for the transcript."""
         return {
             "role": "tool_results",
-            "results": [
-                {"call_id": r.call_id, "name": r.name, "text": r.text, "is_error": r.is_error}
-                for r in self.results
-            ],
+            "results": [result.to_dict() for result in self.results],
             "notes": list(self.notes),
         }
 
 
 Message = UserText | AssistantMessage | ToolResults
+
+
+def message_from_dict(data: dict[str, Any]) -> Message:
+    """The message whose `to_dict()` gave `data` (as a journaled turn keeps its history)."""
+    role = data["role"]
+    if role == "user":
+        return UserText(data["text"])
+    if role == "assistant":
+        calls = tuple(
+            ToolCall(call["id"], call["name"], call["arguments"], call["raw_arguments"])
+            for call in data["tool_calls"]
+        )
+        return AssistantMessage(data["text"], calls)
+    if role == "tool_results":
+        results = tuple(ToolResult.from_dict(result) for result in data["results"])
+        return ToolResults(results, tuple(data["notes"]))
+    raise ValueError(f"not a message of the conversation: role {role!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,10 @@
 """`toolscript agent "TASK" --model PROVIDER:MODEL`: one agent turn in the terminal.
 
-Progress (steps, scripts, calls, elapsed) goes to standard error while the turn runs; the
-summary, or with `--json` the whole turn, goes to standard output. The exit code is 0 when the
-model ended the turn (and did not `block`), 1 otherwise, 130 when interrupted. The agent, its
+Progress (the turn's id, steps, scripts, calls, elapsed) goes to standard error while the turn
+runs; the summary, or with `--json` the whole turn, goes to standard output. The exit code is 0
+when the model ended the turn (and did not `block`), 1 otherwise, 130 when interrupted.
+`--resume TURN_ID` goes on with a turn whose process died; a turn that cannot be resumed is
+one line on standard error and exit code 2. The agent, its
 providers' SDKs and the runtime are imported when the command runs, not when the command line
 starts.
 """
@@ -60,7 +62,14 @@ class Progress:
         """Take one event of the turn."""
         self.step, self.elapsed = event.step, event.elapsed
         detail = event.detail
-        if event.kind == "step":
+        if event.kind == "turn_started":
+            verb = "resumed" if detail["resumed"] else "started"
+            self.console.print(
+                f"turn {detail['turn_id']} {verb} (if this process dies: --resume "
+                f"{detail['turn_id']})",
+                soft_wrap=True,
+            )
+        elif event.kind == "step":
             self.cap = detail["cap"]
             self.doing = "waiting for the model"
         elif event.kind in ("text", "tool_call"):
@@ -109,10 +118,12 @@ def summary(turn: Turn) -> str:
 
 
 def agent_command(
-    task: Annotated[str, typer.Argument(help="What the agent should do.", metavar="TASK")],
     model: Annotated[
         str, typer.Option("--model", help="anthropic:MODEL or openai:MODEL.", show_default=False)
     ],
+    task: Annotated[
+        str | None, typer.Argument(help="What the agent should do.", metavar="TASK")
+    ] = None,
     base_url: Annotated[
         str | None,
         typer.Option("--base-url", help="Another server of that API (any OpenAI-compatible)."),
@@ -137,17 +148,28 @@ def agent_command(
     sandbox: SandboxOption = "auto",
     mount: MountOption = None,
     keep_interpreters: KeepInterpretersOption = False,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            help="Go on with the turn TURN_ID, whose process died, instead of starting one "
+            "(on the same journal; with --keep-interpreters its running script is kept).",
+            metavar="TURN_ID",
+        ),
+    ] = None,
 ) -> None:
     """Run one agent turn on TASK: the model acts only by running Python scripts.
 
     With --json, the whole turn is printed, transcript included.
     """
+    if (task is None) == (resume is None):
+        raise typer.BadParameter("give a TASK, or --resume TURN_ID, not both", param_hint="TASK")
     import asyncio
 
     from rich.console import Console
     from rich.live import Live
 
-    from ..agent import Agent, ExecutionControl, InvalidControl
+    from ..agent import Agent, ExecutionControl, InvalidControl, ResumeError
 
     knobs = sandbox_knobs(sandbox, network, mount)
     knobs["keep_interpreters"] = keep_interpreters
@@ -165,6 +187,7 @@ def agent_command(
     console = Console(stderr=True)
     progress = Progress(console)
     ended: list[Turn] = []
+    refused: list[str] = []
 
     async def main() -> None:
         from ..runtime import Runtime
@@ -178,7 +201,15 @@ def agent_command(
                 raise typer.BadParameter(str(error), param_hint="--model") from None
             with Live(progress.status(), console=console, transient=True) as live:
                 progress.live = live
-                turn = await agent.run(task)
+                if resume is not None:
+                    try:
+                        turn = await agent.resume(resume)
+                    except ResumeError as error:
+                        refused.append(str(error))
+                        return
+                else:
+                    assert task is not None
+                    turn = await agent.run(task)
                 progress.live = None
             ended.append(turn)
             _show(turn, as_json)
@@ -189,6 +220,9 @@ def agent_command(
         if not ended:
             console.print("interrupted")
         raise typer.Exit(130) from None
+    if refused:
+        sys.stderr.write(f"toolscript: {refused[0]}\n")
+        raise typer.Exit(2)
     turn = ended[0]
     raise typer.Exit(0 if turn.stop_reason == "end_turn" and turn.blocked is None else 1)
 
