@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 import typer
@@ -27,7 +28,7 @@ def the_app() -> typer.Typer:
     return app
 
 
-async def invoke(standin: StandIn, *args: str) -> tuple[int, str, str]:
+async def invoke(standin: StandIn, *args: str, journal: str = ":memory:") -> tuple[int, str, str]:
     runner = CliRunner()
     env = {"ANTHROPIC_API_KEY": "stand-in-key", "OPENAI_API_KEY": "stand-in-key"}
     result = await asyncio.to_thread(
@@ -41,7 +42,7 @@ async def invoke(standin: StandIn, *args: str) -> tuple[int, str, str]:
             "--base-url",
             standin.base_url,
             "--journal",
-            ":memory:",
+            journal,
         ],
         env=env,
     )
@@ -84,3 +85,38 @@ async def test_an_invalid_limit_is_refused_naming_its_option_before_any_request(
     assert code == 2
     assert "--max-steps" in err and "max_steps: must be an int of at least 1" in err
     assert standin.requests == []
+
+
+async def test_resuming_an_unknown_turn_is_one_line_and_exit_code_2(
+    standin: StandIn, tmp_path: Path
+) -> None:
+    journal = str(tmp_path / "journal.sqlite3")
+
+    code, _out, err = await invoke(standin, "--resume", "f00d", journal=journal)
+
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("toolscript: no turn 'f00d' in the journal")
+    assert standin.requests == []
+
+
+async def test_a_turn_that_ended_cannot_be_resumed(standin: StandIn, tmp_path: Path) -> None:
+    journal = str(tmp_path / "journal.sqlite3")
+    standin.queue(Reply(text="Nothing to do."))
+    code, out, _err = await invoke(standin, "do nothing", "--json", journal=journal)
+    turn_id = json.loads(out)["turn_id"]
+    assert code == 0
+
+    code, _out, err = await invoke(standin, "--resume", turn_id, journal=journal)
+
+    assert code == 2
+    assert err == f"toolscript: turn {turn_id} already ended (end_turn); only a turn whose " + (
+        "process died before it ended can be resumed\n"
+    )
+    assert len(standin.requests) == 1
+
+
+async def test_a_task_and_resume_together_are_refused(standin: StandIn) -> None:
+    code, _out, err = await invoke(standin, "a task", "--resume", "f00d")
+
+    assert code == 2
+    assert "give a TASK, or --resume TURN_ID, not both" in err

@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import sys
+import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,55 @@ from typing import Any
 import pytest
 
 from tests.conftest import SANDBOX, eventually, processes_with, wait_for_file
+from tests.keeper.tools import count
 
 from .helpers import KEY, said_to_model
 from .standins import Reply, StandIn
 
 WAIT = 30.0
 """The bound on any wait for a process's line, a file or a process's end."""
+
+
+AGENT = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from toolscript import Runtime
+    from toolscript.agent import Agent, ExecutionControl
+    from tests.keeper.tools import effect_tools
+
+    config = json.loads(sys.argv[1])
+
+    def hear(event):
+        if event.kind == "turn_started":
+            print("turn", event.detail["turn_id"], "started", file=sys.stderr, flush=True)
+
+    async def main():
+        async with Runtime(
+            tools=effect_tools(config["shared"], hold=config["hold"]),
+            state_dir=config["state_dir"],
+            keep_interpreters=True,
+            sandbox=config["sandbox"],
+            mounts={config["shared"]: "rw"},
+            pool_size=0,
+        ) as rt:
+            agent = Agent(
+                config["model"],
+                rt,
+                base_url=config["base_url"],
+                api_key="stand-in-key",
+                control=ExecutionControl(request_timeout=30.0),
+                on_event=hear,
+            )
+            if config["resume"] is None:
+                turn = await agent.run(config["task"])
+            else:
+                turn = await agent.resume(config["resume"])
+            print(json.dumps(turn.to_dict()), flush=True)
+
+    asyncio.run(main())
+    """
+)
+"""An agent with tools (`tests.keeper.tools`), run through the API: `Agent.resume`."""
 
 
 class AgentProcess:
@@ -81,7 +125,30 @@ class Agents:
         self.standin = standin
         self.started: list[AgentProcess] = []
 
+    async def start_with_tools(
+        self, *, hold: bool, task: str | None = None, resume: str | None = None
+    ) -> AgentProcess:
+        """An agent process whose scripts can call the tools of `tests.keeper.tools`."""
+        config = {
+            "shared": str(self.shared),
+            "hold": hold,
+            "state_dir": str(self.state_dir),
+            "sandbox": SANDBOX,
+            "model": self.standin.model,
+            "base_url": self.standin.base_url,
+            "task": task,
+            "resume": resume,
+        }
+        return await self._start(["-c", AGENT, json.dumps(config)])
+
     async def start(self, *args: str) -> AgentProcess:
+        """A `toolscript agent` process with `args`, keeping its interpreters."""
+        command = ["-m", "toolscript", "agent", *args, "--model", self.standin.model]
+        command += ["--base-url", self.standin.base_url, "--keep-interpreters"]
+        command += ["--sandbox", SANDBOX, "--mount", f"{self.shared}:rw", "--json"]
+        return await self._start(command)
+
+    async def _start(self, command: list[str]) -> AgentProcess:
         env = {
             **os.environ,
             "TOOLSCRIPT_STATE": str(self.state_dir),
@@ -90,20 +157,7 @@ class Agents:
         }
         process = await asyncio.create_subprocess_exec(
             sys.executable,
-            "-m",
-            "toolscript",
-            "agent",
-            *args,
-            "--model",
-            self.standin.model,
-            "--base-url",
-            self.standin.base_url,
-            "--keep-interpreters",
-            "--sandbox",
-            SANDBOX,
-            "--mount",
-            f"{self.shared}:rw",
-            "--json",
+            *command,
             env=env,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -268,3 +322,45 @@ async def test_a_resumed_turn_counts_the_steps_made_before_the_kill_against_max_
     assert (turn["stop_reason"], turn["steps"]) == ("step_cap", 3), turn["error"]
     assert len(standin.requests) == 4  # one, the one in flight, then it again, and three
     assert len(_steps_of(turn)) == 3
+
+
+_CATCH = (
+    "try:\n"
+    "    outcome = await transfer(key='w1')\n"
+    "except ToolError as error:\n"
+    "    outcome = ('ToolError', error.cause)\n"
+    "outcome\n"
+)
+
+
+@pytest.mark.timeout(180)
+async def test_a_block_after_a_call_held_across_the_kill_waits_for_its_answer_and_is_refused(
+    agents: Agents, standin: StandIn
+) -> None:
+    standin.queue(
+        Reply(calls=[("run_python", {"code": _CATCH}), ("block", {"reason": "gave up early"})])
+    )
+    first = await agents.start_with_tools(hold=True, task="write it")
+    turn_id = await first.turn_id()
+    await wait_for_file(agents.shared / "entered-w1", WAIT)  # the write ran; no answer yet
+    await first.kill()
+
+    def block_once_read(body: dict[str, Any]) -> Reply:
+        said = said_to_model(body)
+        assert "block was refused: not every result of this turn has been read" in said
+        assert "in_doubt" in said
+        return Reply(calls=[("block", {"reason": "the write may have happened"})])
+
+    standin.queue(block_once_read)
+    second = await agents.start_with_tools(hold=False, resume=turn_id)
+    code, turn = await second.ended()
+
+    assert code == 0, "".join(second.err)[-3000:]
+    assert (turn["stop_reason"], turn["blocked"]) == ("end_turn", "the write may have happened")
+    [script] = [e for e in turn["transcript"] if e["role"] == "script"]
+    assert script["result"]["value"] == "('ToolError', 'in_doubt')", script["result"]
+    [record] = script["result"]["calls"]["records"]
+    assert (record["tool"], record["fate"], record["cause"]) == ("transfer", "pending", "in_doubt")
+    refused = [e for e in turn["transcript"] if e.get("event") == "terminal_refused"]
+    assert [e["tool"] for e in refused] == ["block"]
+    assert len(count(agents.shared, "effects", "transfer", "w1")) == 1
