@@ -141,11 +141,13 @@ class Agents:
         }
         return await self._start(["-c", AGENT, json.dumps(config)])
 
-    async def start(self, *args: str) -> AgentProcess:
-        """A `toolscript agent` process with `args`, keeping its interpreters."""
+    async def start(self, *args: str, keep: bool = True) -> AgentProcess:
+        """A `toolscript agent` process with `args`, keeping its interpreters if `keep`."""
         command = ["-m", "toolscript", "agent", *args, "--model", self.standin.model]
-        command += ["--base-url", self.standin.base_url, "--keep-interpreters"]
-        command += ["--sandbox", SANDBOX, "--mount", f"{self.shared}:rw", "--json"]
+        command += ["--base-url", self.standin.base_url, "--sandbox", SANDBOX]
+        command += ["--mount", f"{self.shared}:rw", "--json"]
+        if keep:
+            command.append("--keep-interpreters")
         return await self._start(command)
 
     async def _start(self, command: list[str]) -> AgentProcess:
@@ -364,3 +366,57 @@ async def test_a_block_after_a_call_held_across_the_kill_waits_for_its_answer_an
     refused = [e for e in turn["transcript"] if e.get("event") == "terminal_refused"]
     assert [e["tool"] for e in refused] == ["block"]
     assert len(count(agents.shared, "effects", "transfer", "w1")) == 1
+
+
+@pytest.mark.timeout(180)
+async def test_without_kept_interpreters_a_script_that_ran_at_the_kill_is_said_lost_not_run_again(
+    agents: Agents, standin: StandIn
+) -> None:
+    runs = agents.shared / "runs"
+    code = (
+        f"open({str(runs)!r}, 'a').write('ran\\n')\n"
+        f"open({str(agents.shared / 'started')!r}, 'w').close()\n"
+        "import time\ntime.sleep(60)\n"
+    )
+    standin.queue(Reply(calls=[("run_python", {"code": code})]))
+    first = await agents.start("sleep", keep=False)
+    turn_id = await first.turn_id()
+    await wait_for_file(agents.shared / "started", WAIT)
+    await first.kill()
+
+    def finish_once_read(body: dict[str, Any]) -> Reply:
+        assert "its interpreter was not kept" in said_to_model(body)
+        return Reply(calls=[("finish", {"summary": "it was lost"})])
+
+    standin.queue(finish_once_read)
+    second = await agents.start("--resume", turn_id, keep=False)
+    code_, turn = await second.ended()
+
+    assert code_ == 0, "".join(second.err)[-3000:]
+    assert (turn["stop_reason"], turn["steps"]) == ("end_turn", 2)
+    [lost] = [e for e in turn["transcript"] if e.get("event") == "script_lost"]
+    assert lost["call_id"] == _steps_of(turn)[0]["tool_calls"][0]["id"]
+    assert runs.read_text() == "ran\n"
+
+
+@pytest.mark.timeout(180)
+async def test_a_turn_that_a_live_process_runs_cannot_be_resumed_by_another(
+    agents: Agents, standin: StandIn
+) -> None:
+    hang = Hang()
+    standin.queue(hang)
+    first = await agents.start("wait", keep=False)
+    turn_id = await first.turn_id()
+    await asyncio.wait_for(hang.in_flight.wait(), WAIT)
+
+    second = await agents.start("--resume", turn_id, keep=False)
+    assert second.process.stdout is not None
+    code = await asyncio.wait_for(second.process.wait(), WAIT)
+    await second.reader
+
+    assert code == 2
+    assert second.err == [
+        f"toolscript: turn {turn_id} is still running in another process that is alive\n"
+    ]
+    await first.kill()
+    hang.release.set()
