@@ -68,6 +68,32 @@ def take_saved(runtime: ScriptRuntime, turn_id: str) -> SavedTurn:
     return saved
 
 
+def lost_script_words(runtime: ScriptRuntime, shell: str, since: float) -> str:
+    """What the journal knows of the script a run_python call began at `since` (seconds
+    since the epoch) in `shell`, when its process died and no kept shell had it."""
+    found = []
+    if isinstance(runtime, JournaledRuntime):
+        scripts = runtime.journal.scripts(shell=shell, limit=5)
+        found = [script for script in scripts if script.started_at >= since]
+    if not found:
+        return (
+            "the agent's process died before its script started, so nothing of it ran. "
+            "Run it again if it is still wanted."
+        )
+    script = found[-1]
+    if script.status is None:
+        return (
+            f"the agent's process died while its script ({script.script_id}) ran, and its "
+            "interpreter was not kept (keep_interpreters keeps it): its output is lost, and "
+            "whether it finished is unknown. Calls it left in flight are uncertain; "
+            "`toolscript calls --uncertain` lists them."
+        )
+    return (
+        f"its script ({script.script_id}) ended {script.status} as the agent's process died; "
+        "its status is all that is known, its output was lost."
+    )
+
+
 @dataclass(slots=True)
 class TurnLog:
     """Writes one turn to the runtime's journal; does nothing for a runtime without one."""

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..actions import Actions, no_such_tool
-from .checkpoint import TurnLog, TurnRecord, take_saved
+from .checkpoint import TurnLog, TurnRecord, lost_script_words, take_saved
 from .control import ExecutionControl, TurnBudget
 from .conversation import (
     AssistantMessage,
@@ -35,7 +35,7 @@ from .conversation import (
 )
 from .providers import Provider, make_provider
 from .requests import ModelRequests
-from .runtime_protocol import JournaledRuntime, SavedTurn, ScriptRuntime
+from .runtime_protocol import SavedTurn, ScriptRuntime
 from .scripts import TurnScripts, refuse
 from .terminal import TERMINAL_TOOLS, Ledger, Owed
 from .tools import ACTION_TOOLS, system_prompt
@@ -447,31 +447,7 @@ class _TurnRun:
         taken = await self.scripts.take_back(call)
         if taken is not None:
             return taken
-        runtime = self.agent.runtime
-        found = []
-        if isinstance(runtime, JournaledRuntime):
-            found = [
-                script
-                for script in runtime.journal.scripts(shell=self.shell_name, limit=5)
-                if script.started_at >= since
-            ]
-        if not found:
-            why = (
-                "the agent's process died before its script started, so nothing of it ran. "
-                "Run it again if it is still wanted."
-            )
-        elif found[-1].status is None:
-            why = (
-                f"the agent's process died while its script ({found[-1].script_id}) ran, and "
-                "its interpreter was not kept (keep_interpreters keeps it): its output is "
-                "lost, and whether it finished is unknown. Calls it left in flight are "
-                "uncertain; `toolscript calls --uncertain` lists them."
-            )
-        else:
-            why = (
-                f"its script ({found[-1].script_id}) ended {found[-1].status} as the agent's "
-                "process died; its status is all that is known, its output was lost."
-            )
+        why = lost_script_words(self.agent.runtime, self.shell_name, since)
         self.transcript.record_loop("script_lost", call_id=call.id, why=why)
         return refuse(self.ledger, call, f"run_python: {why}"), None
 
