@@ -420,3 +420,34 @@ async def test_a_turn_that_a_live_process_runs_cannot_be_resumed_by_another(
     ]
     await first.kill()
     hang.release.set()
+
+
+@pytest.mark.timeout(180)
+async def test_a_script_the_keeper_stopped_at_its_time_limit_while_no_process_ran_says_time_limit(
+    agents: Agents, standin: StandIn
+) -> None:
+    stopped = agents.shared / "stopped"
+    code = (
+        f"open({str(agents.shared / 'started')!r}, 'w').close()\n"
+        "try:\n    while True:\n        pass\nexcept KeyboardInterrupt:\n"
+        f"    open({str(stopped)!r}, 'w').close()\n    raise\n"
+    )
+    standin.queue(Reply(calls=[("run_python", {"code": code, "time_limit_s": 1})]))
+    first = await agents.start("spin")
+    turn_id = await first.turn_id()
+    await wait_for_file(agents.shared / "started", WAIT)
+    await first.kill()
+    await wait_for_file(stopped, WAIT)  # no process is attached: only the keeper can stop it
+
+    def finish_once_read(body: dict[str, Any]) -> Reply:
+        assert "time_limit" in said_to_model(body)
+        return Reply(calls=[("finish", {"summary": "it was stopped"})])
+
+    standin.queue(finish_once_read)
+    second = await agents.start("--resume", turn_id)
+    code_, turn = await second.ended()
+
+    assert code_ == 0, "".join(second.err)[-3000:]
+    assert (turn["stop_reason"], turn["steps"]) == ("end_turn", 2)
+    [script] = [e for e in turn["transcript"] if e["role"] == "script"]
+    assert script["status"] == "time_limit", script["result"]
