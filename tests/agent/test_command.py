@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,7 @@ async def test_the_command_prints_a_summary_and_fails_when_the_turn_did_not_end_
 
     assert code == 1
     assert "stop_reason: truncated" in out
+    assert re.search(r"turn: [0-9a-f]{12}\n", out)
     assert "were not run: run_python" in out
 
 

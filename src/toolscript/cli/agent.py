@@ -101,7 +101,8 @@ def summary(turn: Turn) -> str:
     """The turn's ending in a few lines."""
     lines = [
         f"stop_reason: {turn.stop_reason}",
-        f"steps: {turn.steps} · scripts: {turn.scripts} · elapsed: {turn.elapsed:.1f} s",
+        f"steps: {turn.steps} · scripts: {turn.scripts} · elapsed: {turn.elapsed:.1f} s · "
+        f"turn: {turn.turn_id}",
     ]
     if turn.summary is not None:
         lines.append(f"finished: {turn.summary}")
