@@ -451,3 +451,31 @@ async def test_a_script_the_keeper_stopped_at_its_time_limit_while_no_process_ra
     assert (turn["stop_reason"], turn["steps"]) == ("end_turn", 2)
     [script] = [e for e in turn["transcript"] if e["role"] == "script"]
     assert script["status"] == "time_limit", script["result"]
+
+
+@pytest.mark.timeout(180)
+async def test_a_background_script_running_at_the_kill_is_reported_lost_before_finish_is_accepted(
+    agents: Agents, standin: StandIn
+) -> None:
+    code = f"open({str(agents.shared / 'started')!r}, 'w').close()\nimport time\ntime.sleep(60)\n"
+    hang = Hang()
+    standin.queue(Reply(calls=[("run_python", {"code": code, "background": True})]), hang)
+    first = await agents.start("in the background")
+    turn_id = await first.turn_id()
+    await wait_for_file(agents.shared / "started", WAIT)
+    await asyncio.wait_for(hang.in_flight.wait(), WAIT)
+    await first.kill()
+    hang.release.set()
+
+    def finish_once_told(body: dict[str, Any]) -> Reply:
+        said = said_to_model(body)
+        assert "finish was refused" in said
+        assert "was lost: the agent's process died while it ran" in said
+        return Reply(calls=[("finish", {"summary": "told"})])
+
+    standin.queue(Reply(calls=[("finish", {"summary": "too early"})]), finish_once_told)
+    second = await agents.start("--resume", turn_id)
+    code_, turn = await second.ended()
+
+    assert code_ == 0, "".join(second.err)[-3000:]
+    assert (turn["stop_reason"], turn["summary"], turn["steps"]) == ("end_turn", "told", 3)

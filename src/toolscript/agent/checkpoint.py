@@ -68,9 +68,12 @@ def take_saved(runtime: ScriptRuntime, turn_id: str) -> SavedTurn:
     return saved
 
 
-def lost_script_words(runtime: ScriptRuntime, shell: str, since: float) -> str:
+def lost_script_words(
+    runtime: ScriptRuntime, shell: str, since: float, *, background: bool = False
+) -> str:
     """What the journal knows of the script a run_python call began at `since` (seconds
-    since the epoch) in `shell`, when its process died and no kept shell had it."""
+    since the epoch) in `shell`, when its process died and no kept shell had it
+    (`background`: it was started in the background, whose interpreters are never kept)."""
     found = []
     if isinstance(runtime, JournaledRuntime):
         scripts = runtime.journal.scripts(shell=shell, limit=5)
@@ -84,9 +87,13 @@ def lost_script_words(runtime: ScriptRuntime, shell: str, since: float) -> str:
     if script.status is None:
         return (
             f"the agent's process died while its script ({script.script_id}) ran, and its "
-            "interpreter was not kept (keep_interpreters keeps it): its output is lost, and "
-            "whether it finished is unknown. Calls it left in flight are uncertain; "
-            "`toolscript calls --uncertain` lists them."
+            + (
+                "interpreter was not kept (background scripts never are)"
+                if background
+                else "interpreter was not kept (keep_interpreters keeps it)"
+            )
+            + ": its output is lost, and whether it finished is unknown. Calls it left in "
+            "flight are uncertain; `toolscript calls --uncertain` lists them."
         )
     return (
         f"its script ({script.script_id}) ended {script.status} as the agent's process died; "

@@ -444,10 +444,12 @@ class _TurnRun:
     async def take_back(self, call: ToolCall, since: float) -> tuple[ToolResult, Stop | None]:
         """The answer to a run_python call whose script ran when the turn's process died:
         its result, if the shell was taken back with it, else what the journal knows."""
-        taken = await self.scripts.take_back(call)
-        if taken is not None:
-            return taken
-        why = lost_script_words(self.agent.runtime, self.shell_name, since)
+        background = (call.arguments or {}).get("background") is True
+        if not background:  # a kept shell has only its foreground script
+            taken = await self.scripts.take_back(call)
+            if taken is not None:
+                return taken
+        why = lost_script_words(self.agent.runtime, self.shell_name, since, background=background)
         self.transcript.record_loop("script_lost", call_id=call.id, why=why)
         return refuse(self.ledger, call, f"run_python: {why}"), None
 
