@@ -22,6 +22,9 @@ The rules, the same for both faces:
 
 Only the runtime's public face is used, through the protocols below (`Shell`, `ScriptHandle`
 and `ScriptResult` fit them), so a test can stand a fake in for the runtime.
+
+One concept, though a little over 500 lines: the three actions' rules and words, which both
+faces must share to the letter; split, the two halves would drift apart.
 """
 
 from __future__ import annotations

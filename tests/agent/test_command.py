@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -23,9 +25,11 @@ def invoke(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "stand-in-key")
     monkeypatch.setenv("OPENAI_API_KEY", "stand-in-key")
 
-    async def invoke(standin: StandIn, *args: str) -> tuple[int, str, str]:
+    async def invoke(
+        standin: StandIn, *args: str, journal: str = ":memory:"
+    ) -> tuple[int, str, str]:
         argv = ["agent", *args, "--model", standin.model, "--base-url", standin.base_url]
-        code = await asyncio.to_thread(run, [*argv, "--journal", ":memory:"])
+        code = await asyncio.to_thread(run, [*argv, "--journal", journal])
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -45,7 +49,7 @@ async def test_the_command_prints_the_whole_turn_as_json(standin: StandIn, invok
     assert (turn["stop_reason"], turn["steps"], turn["summary"]) == ("end_turn", 2, "printed 42")
     scripts = [e for e in turn["transcript"] if e["role"] == "script"]
     assert "42" in scripts[0]["result"]["stdout"]
-    assert "script shell-1:" in err
+    assert f"script turn-{turn['turn_id']}:" in err
 
 
 async def test_the_command_prints_a_summary_and_fails_when_the_turn_did_not_end_by_the_model(
@@ -57,6 +61,7 @@ async def test_the_command_prints_a_summary_and_fails_when_the_turn_did_not_end_
 
     assert code == 1
     assert "stop_reason: truncated" in out
+    assert re.search(r"turn: [0-9a-f]{12}\n", out)
     assert "were not run: run_python" in out
 
 
@@ -68,3 +73,44 @@ async def test_an_invalid_limit_is_refused_naming_its_option_before_any_request(
     assert code == 2
     assert "--max-steps" in err and "max_steps: must be an int of at least 1" in err
     assert standin.requests == []
+
+
+async def test_resuming_an_unknown_turn_is_one_line_and_exit_code_2(
+    standin: StandIn, tmp_path: Path, invoke: Invoke
+) -> None:
+    journal = str(tmp_path / "journal.sqlite3")
+
+    code, _out, err = await invoke(standin, "--resume", "f00d", journal=journal)
+
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith(
+        "toolscript agent: error: no turn 'f00d' in the journal"
+    )
+    assert standin.requests == []
+
+
+async def test_a_turn_that_ended_cannot_be_resumed(
+    standin: StandIn, tmp_path: Path, invoke: Invoke
+) -> None:
+    journal = str(tmp_path / "journal.sqlite3")
+    standin.queue(Reply(text="Nothing to do."))
+    code, out, _err = await invoke(standin, "do nothing", "--json", journal=journal)
+    turn_id = json.loads(out)["turn_id"]
+    assert code == 0
+
+    code, _out, err = await invoke(standin, "--resume", turn_id, journal=journal)
+
+    assert code == 2
+    assert (
+        err
+        == f"toolscript agent: error: turn {turn_id} already ended (end_turn); only a turn whose "
+        + ("process died before it ended can be resumed\n")
+    )
+    assert len(standin.requests) == 1
+
+
+async def test_a_task_and_resume_together_are_refused(standin: StandIn, invoke: Invoke) -> None:
+    code, _out, err = await invoke(standin, "a task", "--resume", "f00d")
+
+    assert code == 2
+    assert "give a TASK, or --resume TURN_ID, not both" in err

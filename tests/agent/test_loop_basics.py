@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolscript.agent import Agent
+from toolscript.agent import Agent, ResumeError
 
 from .fake_runtime import FakeRuntime
 from .helpers import agent_for, control, said_to_model
@@ -127,3 +127,19 @@ async def test_a_reply_cut_at_the_token_limit_is_followed_by_a_request_to_go_on(
 def test_a_model_without_a_known_provider_is_refused_naming_model(fake: FakeRuntime) -> None:
     with pytest.raises(ValueError, match=r"^model: "):
         Agent("gemini:pro", fake, control=control())
+
+
+async def test_a_turn_cannot_be_resumed_on_a_runtime_that_keeps_no_journal(
+    standin: StandIn, fake: FakeRuntime
+) -> None:
+    standin.queue(Reply(text="Done."))
+    agent = agent_for(standin, fake)
+    turn = await agent.run("nothing")
+    assert turn.turn_id
+
+    with pytest.raises(ResumeError) as refused:
+        await agent.resume(turn.turn_id)
+
+    assert (refused.value.reason, refused.value.turn_id) == ("no_journal", turn.turn_id)
+    assert "keeps no journal" in str(refused.value)
+    assert len(standin.requests) == 1

@@ -140,6 +140,15 @@ class TurnBudget:
         self.cap = control.max_steps
         self.steps = 0
 
+    def carry_over(self, steps: int, cap: int, elapsed: float) -> None:
+        """Go on with the clocks of a turn as they were counted when its process died:
+        `steps` made, the step `cap`, `elapsed` seconds of the lifetime used."""
+        self.steps = steps
+        self.cap = cap
+        self.started = time.monotonic() - elapsed
+        lifetime = self.control.lifetime_timeout
+        self.deadline = None if lifetime is None else self.started + lifetime
+
     def elapsed(self) -> float:
         """Seconds since the turn began."""
         return time.monotonic() - self.started

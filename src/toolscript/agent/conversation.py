@@ -85,6 +85,21 @@ class ToolResult:
     is_error: bool = False
     images: tuple[ShownImage, ...] = ()
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form for the transcript."""
+        return {
+            "call_id": self.call_id,
+            "name": self.name,
+            "text": self.text,
+            "is_error": self.is_error,
+            "images": [{"mime_type": i.mime_type, "size": len(i.data)} for i in self.images],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolResult:
+        """The result `to_dict` gave (without its images' bytes, which it does not keep)."""
+        return cls(data["call_id"], data["name"], data["text"], bool(data["is_error"]))
+
 
 @dataclass(frozen=True, slots=True)
 class ToolResults:
@@ -98,21 +113,29 @@ class ToolResults:
         """JSON-safe form for the transcript."""
         return {
             "role": "tool_results",
-            "results": [
-                {
-                    "call_id": r.call_id,
-                    "name": r.name,
-                    "text": r.text,
-                    "is_error": r.is_error,
-                    "images": [{"mime_type": i.mime_type, "size": len(i.data)} for i in r.images],
-                }
-                for r in self.results
-            ],
+            "results": [result.to_dict() for result in self.results],
             "notes": list(self.notes),
         }
 
 
 Message = UserText | AssistantMessage | ToolResults
+
+
+def message_from_dict(data: dict[str, Any]) -> Message:
+    """The message whose `to_dict()` gave `data` (as a journaled turn keeps its history)."""
+    role = data["role"]
+    if role == "user":
+        return UserText(data["text"])
+    if role == "assistant":
+        calls = tuple(
+            ToolCall(call["id"], call["name"], call["arguments"], call["raw_arguments"])
+            for call in data["tool_calls"]
+        )
+        return AssistantMessage(data["text"], calls)
+    if role == "tool_results":
+        results = tuple(ToolResult.from_dict(result) for result in data["results"])
+        return ToolResults(results, tuple(data["notes"]))
+    raise ValueError(f"not a message of the conversation: role {role!r}")
 
 
 @dataclass(frozen=True, slots=True)

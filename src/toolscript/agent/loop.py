@@ -2,7 +2,9 @@
 
 A turn is a series of steps. Each step sends one model request (its retries included), reads
 the stream, runs the scripts the model asked for and keeps their results for the next request.
-The turn ends with a `stop_reason` that is true (see `StopReason`).
+The turn ends with a `stop_reason` that is true (see `StopReason`). A runtime with a journal
+keeps the turn as it goes, so `Agent.resume` can take up a turn whose process died
+(`checkpoint`).
 
 `Agent` is the public face; one `_TurnRun` drives a turn's steps and acts on the model's tool
 calls, with its parts beside it: the clocks and the step cap (`control.TurnBudget`), the
@@ -14,18 +16,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from ..actions import Actions, no_such_tool
+from .checkpoint import TurnLog, TurnRecord, lost_script_words, take_saved
 from .control import ExecutionControl, TurnBudget
-from .conversation import AssistantMessage, ToolCall, ToolResult, ToolResults, UserText
+from .conversation import (
+    AssistantMessage,
+    ModelReply,
+    ToolCall,
+    ToolResult,
+    ToolResults,
+    UserText,
+    message_from_dict,
+)
 from .providers import Provider, make_provider
 from .requests import ModelRequests
-from .runtime_protocol import ScriptRuntime
+from .runtime_protocol import SavedTurn, ScriptRuntime
 from .scripts import TurnScripts, refuse
-from .terminal import TERMINAL_TOOLS, Ledger
+from .terminal import TERMINAL_TOOLS, Ledger, Owed
 from .tools import ACTION_TOOLS, system_prompt
 from .transcript import Transcript
 from .turn import AgentEvent, Stop, StopReason, Turn
@@ -87,8 +100,29 @@ class Agent:
 
         Cancelling the task that awaits this ends the turn with `stop_reason="aborted"` and
         returns the `Turn` instead of raising `CancelledError` (the cancellation is absorbed),
-        unless the turn had already ended, in which case its own ending stands.
+        unless the turn had already ended, in which case its own ending stands. With a
+        runtime that keeps a journal, the turn is saved there as it goes, under `turn_id`
+        (the `turn_started` event and `Turn.turn_id` give it).
         """
+        return await self._drive(_TurnRun(self, task, secrets.token_hex(6)))
+
+    async def resume(self, turn_id: str) -> Turn:
+        """Go on with the journaled turn `turn_id`, whose process died before it ended.
+
+        The turn goes on from where it was last saved, with its clocks as they were counted
+        (steps made, the step cap, the lifetime used), in the shell it had: a model request
+        that was in flight is sent again as the same step; a script that was running is not
+        run again, and with kept interpreters its result is taken when it ends (the design
+        page says what a resumed turn is told of the rest). Each step appears once in the
+        transcript. The agent's own `control` gives the other bounds.
+
+        Raises `ResumeError` (a `ValueError`) when the turn is unknown, has ended, is still
+        run by a live process, or the runtime keeps no journal. Cancelling behaves as `run`.
+        """
+        saved = take_saved(self.runtime, turn_id)
+        return await self._drive(_TurnRun(self, saved.task, turn_id, saved))
+
+    async def _drive(self, turn: _TurnRun) -> Turn:
         # Goal: a cancel of the caller ends the turn as `aborted` and still returns its `Turn`.
         # What fails: run in the caller's task, the turn is unwound wherever the cancel lands,
         # and the caller gets `CancelledError` instead of the record of what was done.
@@ -96,7 +130,6 @@ class Agent:
         # is absorbed and passed on as a cancel of that task, which says what it was doing,
         # stops its background scripts and returns. `abort_requested` makes the turn stop at
         # its next step even if some code in it swallowed the cancel.
-        turn = _TurnRun(self, task)
         inner = asyncio.create_task(turn.run())
         while True:
             try:
@@ -117,9 +150,15 @@ class Agent:
 class _TurnRun:
     """One turn: its steps, and what it does with the model's tool calls."""
 
-    def __init__(self, agent: Agent, task: str) -> None:
+    def __init__(
+        self, agent: Agent, task: str, turn_id: str, saved: SavedTurn | None = None
+    ) -> None:
         self.agent = agent
         self.task = task
+        self.turn_id = turn_id
+        self.saved = saved
+        self.shell_name = f"turn-{turn_id}" if saved is None else saved.shell
+        self.log = TurnLog.of(agent.runtime, turn_id)
         self.budget = TurnBudget(agent.control)
         self.transcript = Transcript()
         self.ledger = Ledger()
@@ -131,6 +170,14 @@ class _TurnRun:
         self.abort_requested = False
         self.summary: str | None = None
         self.blocked: str | None = None
+        # Where the turn stands, as saved: `start` (no request yet), `request` (one in
+        # flight), `acting` (on the reply `acting`, with the `results` so far and the call
+        # whose tool is `in_flight`), `between` (the step's results are in the outbox).
+        self.phase = "start"
+        self.acting: list[ToolCall] | None = None
+        self.results: dict[str, ToolResult] = {}
+        self.in_flight: dict[str, Any] | None = None
+        self.lost: list[str] = []
 
     def emit(self, kind: str, /, **detail: Any) -> None:
         listener = self.agent.on_event
@@ -142,10 +189,16 @@ class _TurnRun:
     # -- the turn --------------------------------------------------------------------------
 
     async def run(self) -> Turn:
-        self.transcript.say(UserText(self.task))
         try:
             runtime = self.agent.runtime
-            self.scripts.actions = Actions(runtime.shell(), max_time_limit=runtime.max_time_limit)
+            shell = runtime.shell(self.shell_name)
+            self.scripts.actions = Actions(shell, max_time_limit=runtime.max_time_limit)
+            if self.saved is None:
+                self.transcript.say(UserText(self.task))
+                self.log.begin(self.task, self.agent.model, self.shell_name, self.record())
+            else:
+                self.restore(self.saved)
+            self.emit("turn_started", turn_id=self.turn_id, resumed=self.saved is not None)
             prompt = system_prompt(self.agent.runtime.prompt(), self.agent.instructions)
             self.stop = await self.steps_until_stop(prompt)
         except asyncio.CancelledError:
@@ -162,6 +215,8 @@ class _TurnRun:
             self.transcript.record_unsent(self.outbox)
             self.outbox = None
         self.transcript.record_stop(stop)
+        with contextlib.suppress(Exception):  # the turn's end is told even if the journal fails
+            self.log.end(stop.reason, self.record())
         self.emit("turn_ended", stop_reason=stop.reason, error=stop.error)
         return Turn(
             stop_reason=stop.reason,
@@ -172,6 +227,64 @@ class _TurnRun:
             blocked=self.blocked,
             scripts=self.scripts.count,
             elapsed=self.budget.elapsed(),
+            turn_id=self.turn_id,
+        )
+
+    # -- the turn in the journal -----------------------------------------------------------
+
+    def record(self) -> TurnRecord:
+        """What a save of the turn writes now."""
+        ledger = self.ledger
+        return TurnRecord(
+            steps=self.budget.steps,
+            step_cap=self.budget.cap,
+            elapsed=self.budget.elapsed(),
+            messages=[message.to_dict() for message in self.transcript.history],
+            state={
+                "phase": self.phase,
+                "entries": self.transcript.entries,
+                "owed": [{"label": o.label, "standing": o.standing} for o in ledger.owed],
+                "background": [b.script_id for b in ledger.background.values() if not b.reported],
+                "scripts": self.scripts.count,
+                "outbox": None if self.outbox is None else [r.to_dict() for r in self.outbox],
+                "continuation": self.continuation,
+                "acting": None if self.acting is None else [c.to_dict() for c in self.acting],
+                "results": {key: result.to_dict() for key, result in self.results.items()},
+                "in_flight": self.in_flight,
+                "lost": self.lost,
+            },
+        )
+
+    def save(self) -> None:
+        self.log.save(self.record())
+
+    def restore(self, saved: SavedTurn) -> None:
+        """Take up the turn where its process last saved it."""
+        state = saved.state
+        self.budget.carry_over(saved.steps, saved.step_cap, saved.elapsed)
+        self.transcript.history = [message_from_dict(m) for m in saved.messages]
+        self.transcript.entries = list(state["entries"])
+        self.ledger.owed = [Owed(o["label"], o["standing"]) for o in state["owed"]]
+        for owed in self.ledger.owed:
+            if owed.standing in ("running", "ended"):
+                owed.standing = "returned"  # the note below tells the model
+        self.lost = list(state["lost"]) + [
+            f"Background script {script_id} was lost: the agent's process died while it "
+            "ran, and background scripts are not kept across a restart. What it did is "
+            "unknown; `toolscript calls --uncertain` lists calls it left in flight."
+            for script_id in state["background"]
+        ]
+        self.scripts.count = state["scripts"]
+        outbox = state["outbox"]
+        self.outbox = None if outbox is None else [ToolResult.from_dict(r) for r in outbox]
+        self.continuation = state["continuation"]
+        acting = state["acting"]
+        self.acting = None if acting is None else [ToolCall(**call) for call in acting]
+        self.results = {k: ToolResult.from_dict(r) for k, r in state["results"].items()}
+        self.in_flight = state["in_flight"]
+        self.phase = state["phase"]
+        self.transcript.record_loop(
+            "resumed", phase=self.phase, step=self.budget.steps, elapsed=saved.elapsed
         )
 
     def check_abort(self) -> None:
@@ -197,24 +310,20 @@ class _TurnRun:
         return "the caller cancelled the turn"
 
     async def steps_until_stop(self, prompt: str) -> Stop:
-        budget = self.budget
+        if self.phase == "acting" and self.acting is not None:
+            stop = await self.act(self.acting)
+            if stop is not None:
+                return stop
+        resend = self.phase == "request"
         while True:
-            if budget.steps > 0:
-                await self.renew_cap()
-            if budget.expired():
-                return budget.lifetime_stop("between steps")
-            if budget.steps >= budget.cap:
-                return Stop(
-                    "step_cap",
-                    f"the step cap ({budget.cap}) was reached; the last step's results were "
-                    "not sent to the model",
-                )
-            self.check_abort()
-            self.send_outbox()
-            budget.steps += 1
-            self.ledger.model_looked()
-            self.emit("step", cap=budget.cap)
-            asked = await self.requests.ask(prompt)
+            if resend:
+                # The request in flight when the process died is sent again, as the same
+                # step: it was counted once, and the model's answer is no side effect.
+                resend = False
+                self.emit("step", cap=self.budget.cap)
+                asked = await self.requests.ask(prompt)
+            else:
+                asked = await self.next_request(prompt)
             if isinstance(asked, Stop):
                 return asked
             reply = asked
@@ -227,13 +336,38 @@ class _TurnRun:
                 return self.stop
             if not reply.tool_calls:
                 self.continuation = CUT_REPLY if reply.model_stop != "pause_turn" else ""
+                self.phase = "between"
+                self.save()
                 continue
             stop = await self.act(reply.tool_calls)
             if stop is not None:
                 return stop
 
+    async def next_request(self, prompt: str) -> ModelReply | Stop:
+        """The next step: its checks, then its request."""
+        budget = self.budget
+        if budget.steps > 0:
+            await self.renew_cap()
+        if budget.expired():
+            return budget.lifetime_stop("between steps")
+        if budget.steps >= budget.cap:
+            return Stop(
+                "step_cap",
+                f"the step cap ({budget.cap}) was reached; the last step's results were "
+                "not sent to the model",
+            )
+        self.check_abort()
+        self.send_outbox()
+        budget.steps += 1
+        self.ledger.model_looked()
+        self.phase = "request"
+        self.save()
+        self.emit("step", cap=budget.cap)
+        return await self.requests.ask(prompt)
+
     def send_outbox(self) -> None:
-        notes = self.scripts.collect_background()
+        notes = self.lost + self.scripts.collect_background()
+        self.lost = []
         if self.outbox is not None:
             self.transcript.say(ToolResults(tuple(self.outbox), tuple(notes)))
         elif self.continuation is not None or notes:
@@ -254,16 +388,22 @@ class _TurnRun:
     # -- acting on a reply -----------------------------------------------------------------
 
     async def act(self, calls: list[ToolCall]) -> Stop | None:
-        results: dict[str, ToolResult] = {}
+        """Act on a reply's tool calls; those answered before a restart keep their answer."""
+        if self.acting is not calls:
+            self.acting, self.results, self.phase = calls, {}, "acting"
+            self.save()
+        results = self.results
         stop: Stop | None = None
         for call in calls:
-            if call.name in TERMINAL_TOOLS:
+            if call.name in TERMINAL_TOOLS or call.id in results:
                 continue
             if stop is not None or self.budget.expired():
                 stop = stop or self.budget.lifetime_stop("while the model's tool calls were run")
                 results[call.id] = self.not_run(call, "the turn's lifetime passed before it")
                 continue
             results[call.id], stop = await self.call_tool(call)
+            self.in_flight = None
+            self.save()
             self.check_abort()
         terminal = [call for call in calls if call.name in TERMINAL_TOOLS]
         for index, call in enumerate(terminal):
@@ -280,6 +420,9 @@ class _TurnRun:
         self.outbox = [results[call.id] for call in calls]
         if not self.agent.images:
             self.outbox = [replace(result, images=()) for result in self.outbox]
+        self.acting, self.results, self.phase = None, {}, "between"
+        if stop is None:
+            self.save()
         return stop
 
     def not_run(self, call: ToolCall, why: str) -> ToolResult:
@@ -295,11 +438,27 @@ class _TurnRun:
                 f"({call.raw_arguments[:200]!r}).",
             ), None
         if call.name == "run_python":
+            if self.in_flight is not None and self.in_flight["call_id"] == call.id:
+                return await self.take_back(call, self.in_flight["since"])
+            self.in_flight = {"call_id": call.id, "since": time.time()}
+            self.save()
             return await self.scripts.run_python(call, args)
         if call.name in ("script_status", "cancel_script"):
             return await self.scripts.look_at_script(call, args)
         names = [tool.name for tool in ACTION_TOOLS]
         return refuse(self.ledger, call, no_such_tool(call.name, names).text), None
+
+    async def take_back(self, call: ToolCall, since: float) -> tuple[ToolResult, Stop | None]:
+        """The answer to a run_python call whose script ran when the turn's process died:
+        its result, if the shell was taken back with it, else what the journal knows."""
+        background = (call.arguments or {}).get("background") is True
+        if not background:  # a kept shell has only its foreground script
+            taken = await self.scripts.take_back(call)
+            if taken is not None:
+                return taken
+        why = lost_script_words(self.agent.runtime, self.shell_name, since, background=background)
+        self.transcript.record_loop("script_lost", call_id=call.id, why=why)
+        return refuse(self.ledger, call, f"run_python: {why}"), None
 
     async def end_turn(self, call: ToolCall) -> tuple[ToolResult, Stop | None]:
         """`finish` or `block`: accepted only once the model has seen every result of the turn."""

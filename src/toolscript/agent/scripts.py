@@ -13,6 +13,7 @@ from typing import Any
 from ..actions import Actions, Answer, RunRequest
 from .control import TurnBudget
 from .conversation import ToolCall, ToolResult
+from .runtime_protocol import RecoveringShell
 from .terminal import Background, Ledger, Owed
 from .transcript import Transcript
 from .turn import Emit, Stop
@@ -84,6 +85,34 @@ class TurnScripts:
             )
         self.waiting_on = None
         return self._script_ended(call, answer, note, background=False), None
+
+    async def take_back(self, call: ToolCall) -> tuple[ToolResult, Stop | None] | None:
+        """The answer to a run_python call whose script a restarted runtime took back, kept
+        running, with its shell (`Shell.recovered()`), once it ends; `None` if there is none.
+
+        The result is the script's own, with its true status; it is not run again.
+        """
+        actions = self.actions
+        assert actions is not None
+        shell = actions.shell
+        if not isinstance(shell, RecoveringShell):
+            return None
+        limit, _ = self.budget.script_limit(None)
+        self.waiting_on = call.id
+        try:
+            async with asyncio.timeout(None if limit is None else limit + SETTLE_BOUND):
+                outcome = await shell.recovered()
+        except TimeoutError:
+            return refuse(self.ledger, call, "run_python: the runtime did not answer."), Stop(
+                "error", "the runtime did not answer for the script it took back"
+            )
+        finally:
+            self.waiting_on = None
+        if outcome is None:
+            return None
+        self.count += 1
+        note = "the agent's process restarted while this script ran; it went on, and this is its result"
+        return self._script_ended(call, Answer.of(outcome), note, background=False), None
 
     def _script_ended(
         self, call: ToolCall, answer: Answer, note: str | None, *, background: bool

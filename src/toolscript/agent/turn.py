@@ -22,7 +22,8 @@ StopReason = Literal["end_turn", "aborted", "time_limit", "step_cap", "truncated
 class AgentEvent:
     """Something that happened in a turn, for live progress.
 
-    `kind` is one of `step` (a request is going out), `retry`, `text` and `tool_call` (as the
+    `kind` is one of `turn_started` (with the `turn_id`, and whether it was `resumed`),
+    `step` (a request is going out), `retry`, `text` and `tool_call` (as the
     reply streams), `reply` (the stream ended), `script_started`, `script_ended`,
     `background_ended`, `terminal_refused`, `before_step` and `turn_ended`; `detail` holds its
     data.
@@ -42,7 +43,8 @@ class Turn:
     made (retries of one request count once); `error` says what stopped the turn when it was
     not the model (`None` on `end_turn`); `summary` and `blocked` hold the argument of an
     accepted `finish` or `block`; `transcript` is every message, script result and loop
-    decision, JSON-safe, in order.
+    decision, JSON-safe, in order; `turn_id` names the turn in the runtime's journal
+    (`Agent.resume` takes it).
     """
 
     stop_reason: StopReason
@@ -53,10 +55,12 @@ class Turn:
     blocked: str | None = None
     scripts: int = 0
     elapsed: float = 0.0
+    turn_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The turn as JSON-safe data."""
         return {
+            "turn_id": self.turn_id,
             "stop_reason": self.stop_reason,
             "steps": self.steps,
             "error": self.error,

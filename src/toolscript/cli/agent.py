@@ -1,8 +1,10 @@
 """`toolscript agent "TASK" --model PROVIDER:MODEL`: one agent turn in the terminal.
 
-Progress (steps, scripts, calls, elapsed) goes to standard error while the turn runs; the
-summary, or with `--json` the whole turn, goes to standard output. The exit code is 0 when the
-model ended the turn (and did not `block`), 1 otherwise, 130 when interrupted. The agent, its
+Progress (the turn's id, steps, scripts, calls, elapsed) goes to standard error while the turn
+runs; the summary, or with `--json` the whole turn, goes to standard output. The exit code is 0
+when the model ended the turn (and did not `block`), 1 otherwise, 130 when interrupted.
+`--resume TURN_ID` goes on with a turn whose process died; a turn that cannot be resumed is
+one line on standard error and exit code 2. The agent, its
 providers' SDKs and the runtime are imported when the command runs, not when the command line
 starts.
 """
@@ -51,7 +53,14 @@ class Progress:
         """Take one event of the turn."""
         self.step, self.elapsed = event.step, event.elapsed
         detail = event.detail
-        if event.kind == "step":
+        if event.kind == "turn_started":
+            verb = "resumed" if detail["resumed"] else "started"
+            self.console.print(
+                f"turn {detail['turn_id']} {verb} (if this process dies: --resume "
+                f"{detail['turn_id']})",
+                soft_wrap=True,
+            )
+        elif event.kind == "step":
             self.cap = detail["cap"]
             self.doing = "waiting for the model"
         elif event.kind in ("text", "tool_call"):
@@ -83,7 +92,8 @@ def summary(turn: Turn) -> str:
     """The turn's ending in a few lines."""
     lines = [
         f"stop_reason: {turn.stop_reason}",
-        f"steps: {turn.steps} · scripts: {turn.scripts} · elapsed: {turn.elapsed:.1f} s",
+        f"steps: {turn.steps} · scripts: {turn.scripts} · elapsed: {turn.elapsed:.1f} s · "
+        f"turn: {turn.turn_id}",
     ]
     if turn.summary is not None:
         lines.append(f"finished: {turn.summary}")
@@ -102,7 +112,7 @@ def summary(turn: Turn) -> str:
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The `agent` command's arguments."""
     parser = options.command(commands, "agent", agent_command.__doc__)
-    parser.add_argument("task", metavar="TASK", help="What the agent should do.")
+    parser.add_argument("task", nargs="?", metavar="TASK", help="What the agent should do.")
     parser.add_argument(
         "--model", required=True, metavar="PROVIDER:MODEL", help="anthropic:MODEL or openai:MODEL."
     )
@@ -141,6 +151,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     options.add_sandbox(parser)
     options.add_check(parser)
     options.add_keep_interpreters(parser)
+    parser.add_argument(
+        "--resume",
+        metavar="TURN_ID",
+        help="Go on with the turn TURN_ID, whose process died, instead of starting one "
+        "(on the same journal; with --keep-interpreters its running script is kept).",
+    )
     parser.set_defaults(run=agent_command)
 
 
@@ -179,13 +195,15 @@ def agent_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
+    if (args.task is None) == (args.resume is None):
+        raise UsageError("give a TASK, or --resume TURN_ID, not both")
     model, base_url, as_json, journal = args.model, args.base_url, args.as_json, args.journal
     check_provider(model, base_url)
     knobs = options.sandbox_knobs(args)
     knobs |= {"check": args.check, "keep_interpreters": args.keep_interpreters}
     mcp_config = options.mcp_config(args.mcp_config)
 
-    from ..agent import Agent, ExecutionControl, InvalidControl
+    from ..agent import Agent, ExecutionControl, InvalidControl, ResumeError
 
     try:
         control = ExecutionControl(
@@ -219,7 +237,13 @@ def agent_command(args: argparse.Namespace) -> int:
                 raise UsageError(f"--model: {error}") from None
             with Live(progress.status(), console=console, transient=True) as live:
                 progress.live = live
-                turn = await agent.run(args.task)
+                if args.resume is not None:
+                    try:
+                        turn = await agent.resume(args.resume)
+                    except ResumeError as error:
+                        raise UsageError(str(error)) from None
+                else:
+                    turn = await agent.run(args.task)
                 progress.live = None
             ended.append(turn)
             _show(turn, as_json)

@@ -3,6 +3,9 @@
 An `Interpreter` is its process (`process`), its channel (`channel`) and the answering of its
 tool calls (`dispatch`), put together. Every wait has a bound: start-up, a script (its time
 limit, then the grace period after the interrupt), the output's end marker, shutdown.
+
+One concept, though over 500 lines: one kernel's life as the host drives it (start, runs,
+stop, settle, and the take-back from a keeper), each step needing the others' state.
 """
 
 from __future__ import annotations

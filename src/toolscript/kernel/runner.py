@@ -9,6 +9,10 @@ How a stop reaches the script, and what ends with it, is told in `stop`.
 
 One cost of reading on the loop: an answer for a call made from another thread's event loop
 waits while the script's main code blocks the main thread (`time.sleep`, `thread.join()`).
+
+One concept, though a little over 500 lines: the kernel's main loop and what it answers, one
+frame kind after another; the parts that stand alone (cells, calls, stop, streams, names,
+show) are modules of their own.
 """
 
 from __future__ import annotations

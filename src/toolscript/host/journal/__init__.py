@@ -26,6 +26,9 @@ What is durable, and when:
 
 An in-memory journal (`":memory:"`) has no intent files: it lives as long as the object.
 
+The agent's turns are kept here too (`Journal.turns`, `toolscript.host.journal.turns`), each
+saved as it goes so that a turn whose process died can be resumed.
+
 Uncertain calls are those whose effect is unknown: settled `pending` when their script ended
 and never answered since (reason `pending_at_settle`), or left in flight (no answer and no
 fate, or settled `pending`) by a host that is gone (reason `host_gone`).
@@ -54,6 +57,7 @@ from .records import (
 from .schema import SCHEMA_VERSION
 from .serving import EVENTS_KEPT, EVENTS_KEPT_FOR
 from .store import JOURNAL_FILE_NAME, MEMORY, Journal
+from .turns import JournalTurn, TurnRecords
 
 __all__ = [
     "EVENTS_KEPT",
@@ -71,11 +75,13 @@ __all__ = [
     "JournalCall",
     "JournalClosedError",
     "JournalScript",
+    "JournalTurn",
     "JournalVersionError",
     "ReplayedStream",
     "ServeSession",
     "StartRow",
     "StoredResult",
     "StreamEvent",
+    "TurnRecords",
     "state_dir",
 ]

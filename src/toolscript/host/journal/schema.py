@@ -6,8 +6,31 @@ import sqlite3
 
 from .records import JournalVersionError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The journal schema this code writes and reads."""
+
+# What each version adds to the one before it; a journal of an older version is brought up to
+# this one when it is opened. Version 2: the agent's turns (`toolscript.host.journal.turns`).
+_MIGRATIONS = {
+    2: """
+CREATE TABLE IF NOT EXISTS turns (
+    turn_id TEXT PRIMARY KEY,
+    host_id INTEGER NOT NULL,
+    task TEXT NOT NULL,
+    model TEXT NOT NULL,
+    shell TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    saved_at REAL NOT NULL,
+    ended_at REAL,
+    stop_reason TEXT,
+    steps INTEGER NOT NULL,
+    step_cap INTEGER NOT NULL,
+    elapsed REAL NOT NULL,
+    messages TEXT NOT NULL,
+    state TEXT NOT NULL
+)
+""",
+}
 
 _SCHEMA = """
 CREATE TABLE hosts (
@@ -148,10 +171,16 @@ def _prepare_schema(db: sqlite3.Connection, where: str) -> None:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+            for version in sorted(_MIGRATIONS):
+                db.execute(_MIGRATIONS[version])
             db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
         elif found > SCHEMA_VERSION:
             raise JournalVersionError(where, found, SCHEMA_VERSION)
         else:
+            for version in range(found + 1, SCHEMA_VERSION + 1):
+                db.execute(_MIGRATIONS[version])
+            if found < SCHEMA_VERSION:
+                db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
             columns = {row[1] for row in db.execute("PRAGMA table_info(scripts)")}
             if "violation" not in columns:
                 # Added to version 1 without a new version: a nullable column that older

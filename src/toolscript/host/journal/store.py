@@ -33,6 +33,7 @@ from .records import (
 )
 from .schema import _prepare_schema, _Transaction
 from .serving import EVENTS_KEPT, _prune_serving, _ServeRecords
+from .turns import TurnRecords
 
 JOURNAL_FILE_NAME = "journal.sqlite3"
 """The journal's file name under the state directory."""
@@ -74,6 +75,8 @@ class Journal(_ServeRecords, _WriteBehind):
             self.host_id = _register_host(self._db, self._me)
             _sweep_gone_hosts(self._db, self.host_id, self._me, path)
             _prune_serving(self._db, time.time(), EVENTS_KEPT)
+        self.turns = TurnRecords(self._db, self._db_lock, self.host_id, self._check_open)
+        """The agent's turns, saved as they go (`toolscript.agent` resumes them)."""
         if path is not None:
             # Created after our `hosts` row is committed: another host that finds the file
             # also finds the row, and leaves the file alone while we live.

@@ -1,0 +1,90 @@
+"""What an interpreter must see of the host's files: its Python's folders, and the system's.
+
+Read from the files, without running the interpreter: a broken Python still gets a sandbox,
+and its start fails there as it would anywhere.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Mapping
+
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+"""The system's folders, shown read-only in every sandbox."""
+
+_paths_cache: dict[tuple[str, str], list[str]] = {}
+
+
+def python_paths(python: str, env: Mapping[str, str]) -> list[str]:
+    """The folders an interpreter needs to see: its prefixes (a virtual environment's and
+    the Python it was made from), the folders its `.pth` files add (editable installs), and
+    `PYTHONPATH`. Read from the files, without running it: a broken Python still gets a
+    sandbox, and its start fails there as it would anywhere."""
+    extra = env.get("PYTHONPATH", "")
+    key = (python, extra)
+    cached = _paths_cache.get(key)
+    if cached is not None:
+        return cached
+    found: list[str] = []
+    for path in {os.path.abspath(python), os.path.realpath(python)}:
+        binary = os.path.dirname(path)
+        found += [binary, os.path.dirname(binary)]
+    for prefix in list(found):
+        config = os.path.join(prefix, "pyvenv.cfg")
+        try:
+            with open(config) as file:
+                for line in file:
+                    name, _, value = line.partition("=")
+                    if name.strip() == "home" and value.strip():
+                        home = os.path.realpath(value.strip())
+                        found += [home, os.path.dirname(home)]
+        except OSError:
+            pass
+    for prefix in list(found):
+        for pth in glob.glob(os.path.join(prefix, "lib", "python3*", "site-packages", "*.pth")):
+            found += _pth_folders(pth)
+    found += [path for path in extra.split(os.pathsep) if path]
+    paths: list[str] = []
+    for path in found:
+        if not path or not os.path.isabs(path) or not os.path.exists(path):
+            continue
+        for candidate in {os.path.abspath(path), os.path.realpath(path)}:
+            if candidate == "/" or any(under(candidate, kept) for kept in (*SYSTEM, *paths)):
+                continue
+            paths = [kept for kept in paths if not under(kept, candidate)]
+            paths.append(candidate)
+    _paths_cache[key] = paths
+    return paths
+
+
+def _pth_folders(pth: str) -> list[str]:
+    """The folders a `.pth` file adds to the import path (its lines that are folders)."""
+    try:
+        with open(pth) as file:
+            lines = file.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    folders = []
+    for line in lines:
+        line = line.strip()
+        if line and not line.startswith(("#", "import ", "import\t")):
+            folder = os.path.join(os.path.dirname(pth), line)
+            if os.path.isdir(folder):
+                folders.append(os.path.realpath(folder))
+    return folders
+
+
+def merge(*lists: list[str]) -> list[str]:
+    """The folders of `lists`, each once, none inside another that is kept."""
+    paths: list[str] = []
+    for path in (path for found in lists for path in found):
+        if not any(under(path, kept) for kept in paths):
+            paths = [kept for kept in paths if not under(kept, path)]
+            paths.append(path)
+    return paths
+
+
+def under(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or inside it."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
