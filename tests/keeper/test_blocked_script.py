@@ -146,3 +146,28 @@ async def test_a_blocked_script_whose_time_limit_passes_is_stopped_as_usual(
         assert (after.status, after.value, after.generation) == ("ok", "1", 1), after.text
         ended = [s for s in rt.journal.scripts(shell="main") if s.script_id == recovered.script_id]
         assert [s.status for s in ended] == ["time_limit"]
+
+
+@pytest.mark.timeout(120)
+async def test_a_blocked_script_whose_time_limit_passes_while_no_host_is_attached_is_stopped(
+    hosts: Hosts,
+) -> None:
+    stopped = hosts.shared / "stopped"
+    code = (
+        signal_file(hosts, "started")
+        + "try:\n    "
+        + gate(hosts, "never")
+        + f"except KeyboardInterrupt:\n    open({str(stopped)!r}, 'w').close()\n    raise\n"
+    )
+    # The host is killed as soon as the script has started, well within its limit.
+    host = await hosts.start([["main", "x = 1", 30, True], ["main", code, 3.0, False]])
+    await host.line("kernel")
+    await wait_for_file(hosts.shared / "started", WAIT)
+    await host.kill()
+    await wait_for_file(stopped, WAIT)  # no host is attached: only the keeper can stop it
+
+    async with await _started(hosts) as rt:
+        recovered = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert recovered is not None and recovered.status == "time_limit", recovered.text
+        after = await asyncio.wait_for(rt.shell("main").run("x"), WAIT)
+        assert (after.status, after.value, after.generation) == ("ok", "1", 1), after.text
