@@ -137,8 +137,8 @@ if TYPE_CHECKING:
 
     class HeldFrame(TypedDict):
         """Which calls wait for an answer? (A host that took this kernel back from a keeper
-        asks once, to answer the calls the host before it left; `token`, its own, comes
-        back in the answer, so that an answer to a host that is gone is not taken for its.)"""
+        asks once, to answer the calls the host before it left. Its `token` comes back in
+        the answer, so that an answer to a host that asked and died is not taken for its own.)"""
 
         t: Literal["held"]
         token: str
