@@ -47,6 +47,7 @@ HOST = textwrap.dedent(
             keep_interpreters=True,
             reattach_window=config.get("reattach_window", 60.0),
             grace=config["grace"],
+            start_timeout=config.get("start_timeout", 20.0),
             sandbox=config["sandbox"],
             mounts={shared: "rw"},
             pool_size=0,
