@@ -346,6 +346,8 @@ class Interpreter:
         if isinstance(last, dict) and last.get("script") == script_id:
             done.set_result(cast("wire.DoneFrame", last))
         else:
+            # The host before may have died before the journal had the start: it has it now.
+            self._journal.begin_script(script_id, self.shell, self.generation, "", time.time())
             done.set_result(
                 {
                     "status": "error",
@@ -404,11 +406,14 @@ class Interpreter:
     async def execute(self, script_id: str, code: str, time_limit: float, grace: float) -> Outcome:
         """Run one script to its end, whatever that end is. Cancelling this stops the script.
 
-        The caller must not run two scripts at once on one interpreter.
+        The script's start is journaled here; its end is the caller's to journal, and then to
+        say with `script_recorded`. The caller must not run two scripts at once on one
+        interpreter.
         """
         loop = self._loop
         channel = self._channel
         marker = secrets.token_hex(8)
+        self._record_begin(script_id, code, marker, time_limit, grace)
         # The kernel writes a start marker unless it said, when the last script ended, that
         # nothing was left that could write before this one (see `toolscript.kernel.stop`).
         self._stdout.begin(marker, at_start_marker=not self._quiet)
@@ -429,16 +434,42 @@ class Interpreter:
         if busy is not None:
             exec_frame["busy_poll"] = busy.script_started()
         self.runs += 1
-        if self._process.held is not None:
-            self._process.script_began(
-                script_id, marker, time.time() + time_limit, grace, time_limit
-            )
         try:
             channel.send(exec_frame)
             return await self._until_end(done, time_limit, grace, None)
         finally:
             if busy is not None:
                 busy.script_ended()
+
+    def _record_begin(
+        self, script_id: str, code: str, marker: str, time_limit: float, grace: float
+    ) -> None:
+        # Goal: a host killed at any moment of a run leaves the script to end exactly once.
+        # Two records say a script runs: the journal, and the keeper's board, which is what
+        # makes the next host follow the script. What fails: journaling the start before the
+        # board names the script, or clearing the board before the journal has the end; a
+        # kill between the two leaves a script the journal began that nobody follows, and it
+        # never ends. What we do: the board brackets the journal. It names the script before
+        # the journal records the start and is cleared only after the journal has the end
+        # (`script_recorded`), so the next host follows a script caught in between and ends
+        # it from the kernel's word (its last `done`, or none of it ran).
+        held = self._process.held is not None
+        if held:
+            self._process.script_began(
+                script_id, marker, time.time() + time_limit, grace, time_limit
+            )
+        try:
+            self._journal.begin_script(script_id, self.shell, self.generation, code, time.time())
+        except BaseException:
+            if held:
+                self._process.script_ended()
+            raise
+
+    def script_recorded(self) -> None:
+        """The script that ended here has its end in the journal: a keeper that holds this
+        interpreter need no longer follow it. Call once per script `execute` or `resume`
+        ran, after the journal's `end_script`."""
+        self._process.script_ended()
 
     async def resume(self) -> Outcome:
         """Follow the script given to `reattach` to its end, as `execute` would. Its output
@@ -482,8 +513,6 @@ class Interpreter:
             except asyncio.CancelledError:
                 cancelled = True
         outcome = await self._conclude(report, stop_reason)
-        if self._process.held is not None:
-            self._process.script_ended()
         if cancelled:
             self.last_outcome = outcome
             raise asyncio.CancelledError
