@@ -314,7 +314,6 @@ class BackgroundScripts:
             handle.log_path = str(log_path)
             interpreter.log_to(log, settings.log_limit)
             services.check_open()
-            journal.begin_script(script_id, shell, 1, code, time.time())
             started = time.monotonic()
             outcome = await interpreter.execute(script_id, code, limit, settings.grace)
             result = result_from(
@@ -334,6 +333,7 @@ class BackgroundScripts:
                 one_off=True,
             )
             journal.end_script(script_id, result.status, time.time())
+            interpreter.script_recorded()
         finally:
             if interpreter is not None:
                 await asyncio.shield(interpreter.close())

@@ -140,7 +140,9 @@ class Settings:
             "_mounts": mounts,
             "workdir": workdir,
             "preload": preload,
-            "state_dir": Path(self.state_dir) if self.state_dir is not None else None,
+            "state_dir": (
+                Path(self.state_dir).expanduser().absolute() if self.state_dir is not None else None
+            ),
             "default_time_limit": float(self.default_time_limit),
             "max_time_limit": float(self.max_time_limit),
             "grace": float(self.grace),

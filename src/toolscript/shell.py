@@ -280,7 +280,6 @@ class Shell:
             return self._refused(script_id, "", limit, note=refusal)
         notes[:0] = check_notes
         notes.extend(interpreter.catalogue.down_notes(code))
-        journal.begin_script(script_id, self.name, interpreter.generation, code, time.time())
         started = time.monotonic()
         try:
             outcome = await interpreter.execute(script_id, code, limit, services.settings.grace)
@@ -296,6 +295,7 @@ class Shell:
             # The interpreter died between two scripts, before this one began: nothing ran,
             # so it runs once more, in a fresh interpreter, with the reason in the note.
             journal.end_script(script_id, "refused", time.time())
+            interpreter.script_recorded()
             self._interpreter = None
             self._reset_reason = reset_words(outcome, "crashed") + " between two scripts"
             await self._drop(interpreter, close=False)
@@ -334,6 +334,7 @@ class Shell:
             self._reset_reason = reset_words(outcome, result.status)
         # Not checked open: a run stopped by aclose() ends in the journal all the same.
         self._services.journal.end_script(script_id, result.status, time.time())
+        interpreter.script_recorded()
         return result
 
     async def _interpreter_for_run(self) -> tuple[Interpreter, str | None]:

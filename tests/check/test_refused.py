@@ -62,6 +62,8 @@ CASES = [
     ),
     ("a syntax error", "await add_note(text='x'", "syntax error: '(' was never closed"),
     ("a return outside a function", "return 1", "syntax error: 'return' outside function"),
+    ("a bare return outside a function", "return", "syntax error: 'return' outside function"),
+    ("a yield outside a function", "yield 1", "syntax error: 'yield' outside function"),
 ]
 
 

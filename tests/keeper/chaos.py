@@ -16,6 +16,7 @@ kills.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import random
@@ -49,7 +50,7 @@ CHAOS_HOST = textwrap.dedent(
             f"    answer = await {tool}(key='k{i}')\\n"
             "except ToolError as error:\\n"
             "    answer = ('ToolError', error.cause)\\n"
-            f"[all(globals().get(f'v_{{j}}') == j for j in {earlier!r}), answer]\\n"
+            f"[[j for j in {earlier!r} if globals().get(f'v_{{j}}') != j], answer]\\n"
         )
 
     def report(result, index):
@@ -199,6 +200,7 @@ class Chaos:
         ended: dict[int, list[str]] = {}
         never_ended = 0
         statuses: dict[str, int] = {}
+        ran = set()
         for script_id, code, status in scripts:
             index = int(code.split()[2])
             statuses[str(status)] = statuses.get(str(status), 0) + 1
@@ -206,6 +208,8 @@ class Chaos:
                 never_ended += 1
             else:
                 ended.setdefault(index, []).append(script_id)
+            if status == "ok":
+                ran.add(index)
         missing = [i for i in range(self.scripts) if len(ended.get(i, [])) != 1]
         if missing:
             problems.append(f"scripts without exactly one result: {missing[:20]}")
@@ -217,7 +221,10 @@ class Chaos:
         for script_id, (index, status, value, _) in self.results.items():
             if value is not None and "'in_doubt'" in value:
                 in_doubt_results.add(script_id)
-            if status == "ok" and value is not None and not value.startswith("[True"):
+            # A script killed before it reached its interpreter ends saying none of it ran:
+            # its variable was never set. Every script that ended ok set its own.
+            missing = ast.literal_eval(value)[0] if status == "ok" and value else []
+            if ran.intersection(missing):
                 variables_lost.append(index)
         if variables_lost:
             problems.append(f"variables lost before scripts {variables_lost[:20]}")

@@ -6,6 +6,8 @@ runs the scripts it is given, one shell each, in order: `[shell, code, time_limi
 (with `wait` false, the script is started and the next one runs beside it). It prints one
 line per event the test waits for: `result <shell> <status> <script id> <value>` when a waited-for script ends, then
 `kernel <shell> <pid>`.
+With `die_at` (`[step, n]`, a step of `STEPS`), the host SIGKILLs itself right after the
+`n`-th time it takes that step, so a test can stop it exactly there.
 Scripts signal the test with files in the shared folder and wait for it on FIFOs there;
 nothing here waits on time.
 """
@@ -31,6 +33,11 @@ from tests.conftest import GRACE, SANDBOX, is_gone, processes_with
 WAIT = 20.0
 """The bound on any wait for a host's line, a file or a process's end."""
 
+STEPS = ("board_written", "journal_begun", "journal_ended", "board_cleared")
+"""The steps of a run a host can be made to die right after (`die_at`): the keeper's board
+names the script, the journal records its start, the journal records its end, the board is
+cleared."""
+
 HOST = textwrap.dedent(
     """
     import asyncio, json, os, sys
@@ -40,6 +47,30 @@ HOST = textwrap.dedent(
     config = json.loads(sys.argv[1])
     shared = config["shared"]
 
+    if config.get("die_at"):
+        import signal
+        from toolscript.host.journal import Journal
+        from toolscript.host.process import KernelProcess
+
+        step, nth = config["die_at"]
+        owner, name = {
+            "board_written": (KernelProcess, "script_began"),
+            "journal_begun": (Journal, "begin_script"),
+            "journal_ended": (Journal, "end_script"),
+            "board_cleared": (KernelProcess, "script_ended"),
+        }[step]
+        taken = []
+
+        def die_after(method):
+            def step_then_die(*args, **kwargs):
+                method(*args, **kwargs)
+                taken.append(step)
+                if len(taken) == nth:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return step_then_die
+
+        setattr(owner, name, die_after(getattr(owner, name)))
+
     async def main():
         async with Runtime(
             tools=effect_tools(shared, hold=True),
@@ -47,6 +78,7 @@ HOST = textwrap.dedent(
             keep_interpreters=True,
             reattach_window=config.get("reattach_window", 60.0),
             grace=config["grace"],
+            start_timeout=config.get("start_timeout", 20.0),
             sandbox=config["sandbox"],
             mounts={shared: "rw"},
             pool_size=0,

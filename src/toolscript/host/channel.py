@@ -12,6 +12,7 @@ import random
 import secrets
 import signal
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from ..kernel import wire
@@ -78,6 +79,8 @@ class Channel:
         self.taking_back = False
         """Taken back from a keeper, and not yet answered `holding`: answers to what the host
         before this one asked may still be in the channel, and are dropped."""
+        self._held: tuple[str, Callable[[wire.Message], None]] | None = None
+        self._taken_back: asyncio.Future[None] | None = None
 
     @property
     def alive(self) -> bool:
@@ -136,6 +139,34 @@ class Channel:
         if self._transport is not None:
             self._transport.close()
 
+    def ask_held(self, took_back: Callable[[wire.Message], None]) -> asyncio.Future[None]:
+        """Ask a kernel taken back from a keeper which calls it still waits on (`held`), and
+        wait for nothing: `took_back(holding)` is called when its answer comes, in its place
+        among the kernel's frames. The future returned is done then, or once the kernel is
+        gone or broken (no answer will come)."""
+        token = f"{self._tokens.getrandbits(64):016x}"
+        self._held = (token, took_back)
+        self._taken_back = self._loop.create_future()
+        self.taking_back = True
+        self.send({"t": "held", "token": token})
+        return self._taken_back
+
+    def _holding(self, message: wire.Message) -> None:
+        held = self._held
+        if held is None or message.get("token") != held[0]:
+            return  # the answer to a host before this one, which asked and died
+        self._held = None
+        self.taking_back = False
+        try:
+            held[1](message)
+        finally:
+            self._end_take_back()
+
+    def _end_take_back(self) -> None:
+        taken_back = self._taken_back
+        if taken_back is not None and not taken_back.done():
+            taken_back.set_result(None)
+
     # -- a script's run ----------------------------------------------------------------------
 
     def begin_script(self, script_id: str, deadline: float) -> asyncio.Future[wire.DoneFrame]:
@@ -159,6 +190,7 @@ class Channel:
 
     def kernel_exited(self) -> None:
         self._drop_watch()
+        self._end_take_back()
         self.settle("crashed")
 
     # -- sending -----------------------------------------------------------------------------
@@ -275,10 +307,8 @@ class Channel:
                     self.done.set_result(cast("wire.DoneFrame", message))
                     self._watch_end(str(message["script"]))
             elif self.taking_back and kind in _STALE:
-                waiter = self._waiters.pop("holding", None) if kind == "holding" else None
-                if waiter is not None and not waiter.done():
-                    self.taking_back = False
-                    waiter.set_result(message)
+                if kind == "holding":
+                    self._holding(message)
             elif kind == "checked":
                 self._checked(message)
             elif kind == "image":
@@ -381,6 +411,7 @@ class Channel:
             return
         self.fault = reason
         self._drop_watch()
+        self._end_take_back()
         culprit = culprit or self.script or self.last_script
         if culprit is not None:
             with contextlib.suppress(JournalClosedError):

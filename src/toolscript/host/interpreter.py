@@ -131,6 +131,8 @@ class Interpreter:
         self.rebind_due = False
         """Its tools were bound by another host: bind this host's before the next run."""
         self._resuming: RunningScript | None = None
+        self._taken_back: asyncio.Future[None] | None = None
+        """Done once a kernel taken back from a keeper has said what it holds (or is gone)."""
 
     # -- what it is --------------------------------------------------------------------------
 
@@ -267,11 +269,30 @@ class Interpreter:
             shell=shell, generation=generation, prefix=self.ledger.prefix, background=background
         )
 
+    # Goal: a script keeps running through the host's restart and notices only a delay; taking
+    # back 50 shells takes milliseconds, whatever their scripts are doing. What fails: waiting
+    # for the kernel's answer to `held` before going on. The kernel reads its channel on its
+    # main thread's event loop, which a script blocked in plain code (`open(fifo).read()`,
+    # `time.sleep(30)`, `Event().wait()`) holds: the take-back of that shell, and of every
+    # shell after it, waited `start_timeout`, and the answer, once the script let go, came to
+    # a host no longer waiting for it and was taken for a fault. Answering `held` from another
+    # thread of the kernel fails too: only the loop reads the channel (a thread would race it
+    # for the bytes), the answer must take its place among the loop's frames, and the table of
+    # held calls is the loop's to change; a signal handler would run inside the kernel's own
+    # code. What we do: send `held` and go on, the shell is back at once; the answer is
+    # handled whenever it comes (`_recover`). Until then frames that answer requests are
+    # dropped, as the dead host's: the kernel answers in order, so every answer to this host
+    # comes after it, and `held` carries a token, so an answer to a host that asked and died
+    # in turn is not taken for this one's. A call frame meanwhile is one the dead host never
+    # read, and is dispatched as usual. The time limit runs as ever, from the deadline the dead
+    # host set: the interrupt reaches blocking code. The script's end is concluded only once
+    # the answer came (or the kernel is gone), so that its report names every held call.
+
     async def reattach(self, forked: Forked, prefix: str, running: RunningScript | None) -> None:
         """Take back a kernel a keeper held for a host that is gone, as it is: its namespace,
         its tools, its running script. `shell` and `generation` were given when it was made;
         `prefix` is what its calls' ids start with; `running`, the script it runs, if any
-        (`resume` follows it to its end)."""
+        (`resume` follows it to its end). Returns without waiting for the kernel."""
         self._calls.ledger = CallLedger(prefix, self.shell, self._journal)
         self._calls.ledger.continue_numbering()
         if running is not None:
@@ -291,27 +312,30 @@ class Interpreter:
         await self._channel.connect(host_end)
         self.runs = 1  # it has run before: no start marker is owed to a first script
         self.rebind_due = True
-        try:
-            if forked.status.done():
-                return  # it ended while no host was attached: nothing waits for an answer
-            holding = await self._channel.expect(
-                "holding", self.launch.start_timeout, {"t": "held"}
-            )
-        except InterpreterStartError:
-            return  # it ended, or does not answer: its run ends as such
-        finally:
+        if forked.status.done():
+            # It ended while no host was attached: nothing waits for an answer.
             self._channel.taking_back = False
+            return
+        script_id = running.script_id if running is not None else None
+        self._taken_back = self._channel.ask_held(lambda holding: self._recover(holding, script_id))
+
+    def _recover(self, holding: wire.Message, script_id: str | None) -> None:
+        """The kernel said what it holds (`holding`): answer the calls it still waits on; end
+        the script that a keeper said was running (`script_id`) if it runs no more and its
+        end was not in the channel."""
         frames = [call for call in holding.get("calls", []) if isinstance(call, dict)]
+        prefix = self.ledger.prefix
         journaled = self._journal.take_over_calls(f"{prefix}.{call.get('n')}" for call in frames)
         self._calls.recover(frames, journaled)
         waiting = self._channel.done
         if (
-            running is not None
+            script_id is not None
+            and self._channel.script == script_id
             and waiting is not None
             and not waiting.done()
-            and holding.get("running") != running.script_id
+            and holding.get("running") != script_id
         ):
-            self._settle_lost_end(running.script_id, holding.get("done"), waiting)
+            self._settle_lost_end(script_id, holding.get("done"), waiting)
 
     def _settle_lost_end(
         self, script_id: str, last: object, done: asyncio.Future[wire.DoneFrame]
@@ -322,6 +346,8 @@ class Interpreter:
         if isinstance(last, dict) and last.get("script") == script_id:
             done.set_result(cast("wire.DoneFrame", last))
         else:
+            # The host before may have died before the journal had the start: it has it now.
+            self._journal.begin_script(script_id, self.shell, self.generation, "", time.time())
             done.set_result(
                 {
                     "status": "error",
@@ -380,11 +406,14 @@ class Interpreter:
     async def execute(self, script_id: str, code: str, time_limit: float, grace: float) -> Outcome:
         """Run one script to its end, whatever that end is. Cancelling this stops the script.
 
-        The caller must not run two scripts at once on one interpreter.
+        The script's start is journaled here; its end is the caller's to journal, and then to
+        say with `script_recorded`. The caller must not run two scripts at once on one
+        interpreter.
         """
         loop = self._loop
         channel = self._channel
         marker = secrets.token_hex(8)
+        self._record_begin(script_id, code, marker, time_limit, grace)
         # The kernel writes a start marker unless it said, when the last script ended, that
         # nothing was left that could write before this one (see `toolscript.kernel.stop`).
         self._stdout.begin(marker, at_start_marker=not self._quiet)
@@ -405,16 +434,42 @@ class Interpreter:
         if busy is not None:
             exec_frame["busy_poll"] = busy.script_started()
         self.runs += 1
-        if self._process.held is not None:
-            self._process.script_began(
-                script_id, marker, time.time() + time_limit, grace, time_limit
-            )
         try:
             channel.send(exec_frame)
             return await self._until_end(done, time_limit, grace, None)
         finally:
             if busy is not None:
                 busy.script_ended()
+
+    def _record_begin(
+        self, script_id: str, code: str, marker: str, time_limit: float, grace: float
+    ) -> None:
+        # Goal: a host killed at any moment of a run leaves the script to end exactly once.
+        # Two records say a script runs: the journal, and the keeper's board, which is what
+        # makes the next host follow the script. What fails: journaling the start before the
+        # board names the script, or clearing the board before the journal has the end; a
+        # kill between the two leaves a script the journal began that nobody follows, and it
+        # never ends. What we do: the board brackets the journal. It names the script before
+        # the journal records the start and is cleared only after the journal has the end
+        # (`script_recorded`), so the next host follows a script caught in between and ends
+        # it from the kernel's word (its last `done`, or none of it ran).
+        held = self._process.held is not None
+        if held:
+            self._process.script_began(
+                script_id, marker, time.time() + time_limit, grace, time_limit
+            )
+        try:
+            self._journal.begin_script(script_id, self.shell, self.generation, code, time.time())
+        except BaseException:
+            if held:
+                self._process.script_ended()
+            raise
+
+    def script_recorded(self) -> None:
+        """The script that ended here has its end in the journal: a keeper that holds this
+        interpreter need no longer follow it. Call once per script `execute` or `resume`
+        ran, after the journal's `end_script`."""
+        self._process.script_ended()
 
     async def resume(self) -> Outcome:
         """Follow the script given to `reattach` to its end, as `execute` would. Its output
@@ -447,9 +502,17 @@ class Interpreter:
             cancelled = True
             stop_reason = "cancelled"
             report = await asyncio.shield(self._stop(stop_reason, grace))
+        taken_back = self._taken_back
+        if taken_back is not None and not taken_back.done():
+            # Taken back from a keeper: the report waits for what the kernel holds (see
+            # `reattach`). Once it has ended, its kernel answers at its next turn, or is killed.
+            try:
+                await asyncio.wait_for(asyncio.shield(taken_back), self.launch.start_timeout)
+            except TimeoutError:
+                pass
+            except asyncio.CancelledError:
+                cancelled = True
         outcome = await self._conclude(report, stop_reason)
-        if self._process.held is not None:
-            self._process.script_ended()
         if cancelled:
             self.last_outcome = outcome
             raise asyncio.CancelledError

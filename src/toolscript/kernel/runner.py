@@ -8,7 +8,9 @@ tool call's answer wakes the thread that waits for it directly, with no hop betw
 How a stop reaches the script, and what ends with it, is told in `stop`.
 
 One cost of reading on the loop: an answer for a call made from another thread's event loop
-waits while the script's main code blocks the main thread (`time.sleep`, `thread.join()`).
+waits while the script's main code blocks the main thread (`time.sleep`, `thread.join()`), and
+so does the answer to a host that takes this kernel back (`held`), which that host therefore
+does not wait for (see `toolscript.host.interpreter`, `reattach`).
 
 One concept, though a little over 500 lines: the kernel's main loop and what it answers, one
 frame kind after another; the parts that stand alone (cells, calls, stop, streams, names,
@@ -190,6 +192,7 @@ class Kernel:
                     "calls": self.calls.holding(),
                     "running": self._current_script_id(),
                     "done": self._last_done,
+                    "token": message.get("token"),
                 }
                 self.post(encode(holding))
                 self._flush()

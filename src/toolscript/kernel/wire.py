@@ -137,9 +137,11 @@ if TYPE_CHECKING:
 
     class HeldFrame(TypedDict):
         """Which calls wait for an answer? (A host that took this kernel back from a keeper
-        asks once, to answer the calls the host before it left.)"""
+        asks once, to answer the calls the host before it left. Its `token` comes back in
+        the answer, so that an answer to a host that asked and died is not taken for its own.)"""
 
         t: Literal["held"]
+        token: str
 
     # -- from the kernel ------------------------------------------------------------------
 
@@ -242,12 +244,14 @@ if TYPE_CHECKING:
     class HoldingFrame(TypedDict):
         """The answer to `held`: every call whose answer has not arrived, as its frame said
         (`n`, `tool`, `args`, `script`); the script running now, if any; the last `done`
-        sent, if any (the host before may have read it and died before it could report it)."""
+        sent, if any (the host before may have read it and died before it could report it);
+        the `token` of the `held` it answers."""
 
         t: Literal["holding"]
         calls: list[dict[str, Any]]
         running: str | None
         done: DoneFrame | None
+        token: str | None
 
     HostFrame: TypeAlias = (
         ExecFrame | AnswerFrame | CheckFrame | BindFrame | SetupFrame | ShutdownFrame | HeldFrame

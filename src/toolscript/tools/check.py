@@ -74,7 +74,7 @@ _DYNAMIC_NAMES = frozenset({"globals", "vars", "exec", "builtins", "__builtins__
 
 _TICKED = re.compile(r"`([^`]+)`")
 _WORD = re.compile(r"[^\W\d]\w*")
-_YIELD = re.compile(r"\byield\b")
+_HIDDEN_SYNTAX = re.compile(r"\b(?:yield|return)\b")
 _USED = re.compile(r"([^\W\d]\w*)\s*[(.]")
 _BUILTINS = frozenset(dir(builtins))
 
@@ -180,14 +180,13 @@ class CheckedScript:
 
     def needs_parse(self, diagnostics: Iterable[Diagnostic]) -> bool:
         """Whether any diagnostic concerns the check, or the script may hide a syntax error
-        that the function it is checked as makes valid (a top-level `return` with a value,
-        or a `yield`; a bare top-level `return` is left to the interpreter to refuse)."""
+        that the function it is checked as makes valid (a top-level `return` or `yield`)."""
         return (
             any(
                 diagnostic.rule in RULES_ASKED or diagnostic.rule == "invalid-syntax"
                 for diagnostic in diagnostics
             )
-            or _YIELD.search(self._code) is not None
+            or _HIDDEN_SYNTAX.search(self._code) is not None
         )
 
     @functools.cached_property
