@@ -247,6 +247,7 @@ class BackgroundScripts:
                 one_off=True,
             )
             services.journal.end_script(handle.id, result.status, time.time())
+            interpreter.script_recorded()
         finally:
             await asyncio.shield(interpreter.close())
             await services.pool.release()

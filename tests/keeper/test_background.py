@@ -45,8 +45,8 @@ then `ready <how many background scripts it holds>`."""
 
 
 def _awaits(hosts: Hosts, name: str) -> str:
-    """Python for a script: wait, without blocking its interpreter's loop (a kernel answers
-    a host taking it back from that loop), until the file `name` exists."""
+    """Python for a script: wait, at `await`s (where a cancel reaches it as it does a
+    script of the user's), until the file `name` exists."""
     path = str(hosts.shared / name)
     return (
         f"import asyncio, os\nwhile not os.path.exists({path!r}):\n    await asyncio.sleep(0.02)\n"
