@@ -21,7 +21,8 @@ __all__ = ["KEPT_NOTE", "RESTARTED_NOTE", "Notifier", "Session"]
 
 RESTARTED_NOTE = (
     "Note: toolscript serve restarted since this session's last run, and this shell's "
-    "interpreter ended with it: variables, imports and functions defined before are gone."
+    "interpreter did not outlive the restart: variables, imports and functions defined "
+    "before are gone."
 )
 """What the first run after a session was taken back by a restarted server says first, when
 its shell's interpreter is a new one."""
