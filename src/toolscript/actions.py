@@ -393,6 +393,13 @@ class Actions:
             handle=handle,
         )
 
+    def track(self, handle: BackgroundScript, running_for: float = 0.0) -> None:
+        """Answer for `handle` as for a script `start` gave, from now on: a background script
+        of this conversation that a restarted runtime took back, `running_for` seconds after
+        it started."""
+        self._forget_old()
+        self._scripts[str(handle.id)] = _Tracked(handle, time.monotonic() - running_for)
+
     # -- script_status and cancel_script -------------------------------------------------
 
     async def script_status(self, arguments: Mapping[str, Any]) -> Answer:

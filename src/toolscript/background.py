@@ -13,9 +13,11 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from .host.interpreter import Interpreter, InterpreterStartError
+from .host.keeper import RunningScript
 from .host.pool import CapReached
 from .results import ScriptResult, check_words, render_output, result_from
 
@@ -74,7 +76,7 @@ class ScriptHandle:
         self._grace = grace
         self._text_limit = text_limit
         self.log_path: str | None = None
-        self._on_done = on_done
+        self._on_done: list[Callable[[ScriptResult], Any]] = [] if on_done is None else [on_done]
         self._result: asyncio.Future[ScriptResult] = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task[None] | None = None
         self._interpreter: Interpreter | None = None
@@ -116,17 +118,25 @@ class ScriptHandle:
                 self._task.cancel()
         return await self.result()
 
+    def add_done_callback(self, callback: Callable[[ScriptResult], Any]) -> None:
+        """Call `callback(result)` once when it ends (soon, if it has ended), as `on_done`
+        is: for a script a restarted host took back, which nobody gave an `on_done`."""
+        self._on_done.append(callback)
+        if self._result.done():
+            asyncio.get_running_loop().call_soon(
+                self._call_on_done, callback, self._result.result()
+            )
+
     def _settle(self, result: ScriptResult) -> None:
         if self._result.done():
             return
         self._result.set_result(result)
-        if self._on_done is not None:
-            asyncio.get_running_loop().call_soon(self._call_on_done, result)
+        for callback in self._on_done:
+            asyncio.get_running_loop().call_soon(self._call_on_done, callback, result)
 
-    def _call_on_done(self, result: ScriptResult) -> None:
-        assert self._on_done is not None
+    def _call_on_done(self, callback: Callable[[ScriptResult], Any], result: ScriptResult) -> None:
         try:
-            outcome = self._on_done(result)
+            outcome = callback(result)
             if asyncio.iscoroutine(outcome):
                 asyncio.get_running_loop().create_task(outcome)
         except Exception:
@@ -138,6 +148,7 @@ class BackgroundScripts:
 
     def __init__(self) -> None:
         self._handles: dict[str, ScriptHandle] = {}
+        self._taken_back: list[tuple[ScriptHandle, RunningScript, ShellServices, BinaryIO]] = []
 
     def running(self) -> list[ScriptHandle]:
         """The scripts still running."""
@@ -185,6 +196,76 @@ class BackgroundScripts:
         handle._task.add_done_callback(lambda _: self._abandoned(handle, shell, limit, text_limit))
         return handle
 
+    def take_back(
+        self, interpreter: Interpreter, running: RunningScript, services: ShellServices
+    ) -> ScriptHandle:
+        """The handle of the script a host that is gone started in `interpreter`, which a
+        keeper kept: called before the interpreter is taken back, so that its log gets all
+        the output the host before did not read. `follow_taken_back` then follows it."""
+        settings = services.settings
+        handle = ScriptHandle(running.script_id, None, settings.grace, settings.text_limit)
+        handle._interpreter = interpreter
+        log_path = _log_path(services, handle.id)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "ab")  # noqa: SIM115 - closed when the script ends
+        handle.log_path = str(log_path)
+        interpreter.log_to(log, settings.log_limit)
+        self._handles[handle.id] = handle
+        self._taken_back.append((handle, running, services, log))
+        return handle
+
+    def follow_taken_back(self) -> None:
+        """Follow each script `take_back` gave to its end, as a background script."""
+        loop = asyncio.get_running_loop()
+        for handle, running, services, log in self._taken_back:
+            handle._task = loop.create_task(self._follow(handle, running, services, log))
+        self._taken_back.clear()
+
+    async def _follow(
+        self, handle: ScriptHandle, running: RunningScript, services: ShellServices, log: BinaryIO
+    ) -> None:
+        interpreter = handle._interpreter
+        assert interpreter is not None
+        settings = services.settings
+        shell = interpreter.shell
+        result: ScriptResult | None = None
+        try:
+            outcome = await interpreter.resume()
+            result = result_from(
+                outcome,
+                settings,
+                running.time_limit,
+                [
+                    "The host restarted while this background script ran; its interpreter "
+                    "was kept, and the script went on."
+                ],
+                generation=interpreter.generation,
+                script_id=handle.id,
+                shell=shell,
+                duration=max(0.0, time.time() - (running.deadline - running.time_limit)),
+                log_path=handle.log_path,
+                one_off=True,
+            )
+            services.journal.end_script(handle.id, result.status, time.time())
+            interpreter.script_recorded()
+        finally:
+            await asyncio.shield(interpreter.close())
+            await services.pool.release()
+            log.close()
+            self._handles.pop(handle.id, None)
+            handle._settle(
+                result
+                if result is not None
+                else ScriptResult(
+                    status="cancelled",
+                    note="The background script was stopped while a restarted host took it back.",
+                    script_id=handle.id,
+                    shell=shell,
+                    time_limit=running.time_limit,
+                    text_limit=settings.text_limit,
+                )
+            )
+
     def _abandoned(self, handle: ScriptHandle, shell: str, limit: float, text_limit: int) -> None:
         self._handles.pop(handle.id, None)
         handle._settle(
@@ -229,7 +310,7 @@ class BackgroundScripts:
                 result = refuse(script_id, "", limit, note=refusal)
                 return
             services.log_dir.mkdir(parents=True, exist_ok=True)
-            log_path = services.log_dir / f"{script_id.replace(':', '_').replace('/', '_')}.log"
+            log_path = _log_path(services, script_id)
             log = open(log_path, "wb")  # noqa: SIM115 - closed in finally
             handle.log_path = str(log_path)
             interpreter.log_to(log, settings.log_limit)
@@ -273,3 +354,7 @@ class BackgroundScripts:
                     text_limit=settings.text_limit,
                 )
             )
+
+
+def _log_path(services: ShellServices, script_id: str) -> Path:
+    return services.log_dir / f"{script_id.replace(':', '_').replace('/', '_')}.log"

@@ -294,12 +294,14 @@ class Runtime:
 
     async def _reattach(self, keeper: Keeper) -> None:
         """Take back, by shell name, the interpreters a host that is gone left with the
-        keeper; end the ones no shell had (warm ones, background scripts')."""
+        keeper, and the background scripts still running (or ended unseen) in theirs; end
+        the others (warm ones, a background script's that runs nothing)."""
         assert self._pool is not None and self._catalogue is not None
-        assert self._journal is not None
+        assert self._journal is not None and self._services is not None
         for held in keeper.held:
             name = held.shell
-            if name is None:
+            running = held.running(self.grace)
+            if name is None or (held.background and running is None):
                 keeper.kill(held.k)
                 continue
             try:
@@ -311,10 +313,16 @@ class Runtime:
             interpreter = Interpreter(
                 self._launch(), self._catalogue, self._journal, name, held.generation
             )
-            running = held.running(self.grace)
+            if held.background and running is not None:
+                self._background.take_back(interpreter, running, self._services)
             await interpreter.reattach(forked, held.prefix, running)
             self._pool.count_live()
-            self.shell(name).reattach(interpreter, running)
+            if not held.background:
+                self.shell(name).reattach(interpreter, running)
+        # Followed only now, after the last await of `start`: a background script that ended
+        # while no host was attached is in `background` when `start` returns, so its caller
+        # can ask to hear of its end (`ScriptHandle.add_done_callback`) before it is settled.
+        self._background.follow_taken_back()
 
     async def _prepare_sandbox(self) -> None:
         """Make this runtime's sandbox, or say why there is none (refuse if it is required)."""
@@ -581,5 +589,8 @@ class Runtime:
 
     @property
     def background(self) -> list[ScriptHandle]:
-        """Background scripts still running."""
+        """Background scripts still running. With `keep_interpreters`, those a host that is
+        gone had started, and this one took back, are here when `start` returns, and none
+        has ended before the caller first awaits: `ScriptHandle.add_done_callback` hears of
+        every end."""
         return self._background.running()

@@ -453,19 +453,55 @@ async def test_a_script_the_keeper_stopped_at_its_time_limit_while_no_process_ra
     assert script["status"] == "time_limit", script["result"]
 
 
-@pytest.mark.timeout(180)
-async def test_a_background_script_running_at_the_kill_is_reported_lost_before_finish_is_accepted(
-    agents: Agents, standin: StandIn
-) -> None:
-    code = f"open({str(agents.shared / 'started')!r}, 'w').close()\nimport time\ntime.sleep(60)\n"
+async def _background_at_the_kill(agents: Agents, *, keep: bool) -> str:
+    """A turn that started a background script (still running, without blocking its
+    interpreter's loop) and was killed while its next model request was in flight."""
+    started, gate = agents.shared / "started", agents.shared / "never"
+    code = (
+        f"open({str(started)!r}, 'w').close()\nimport asyncio, os\n"
+        f"while not os.path.exists({str(gate)!r}):\n    await asyncio.sleep(0.02)\n"
+    )
     hang = Hang()
-    standin.queue(Reply(calls=[("run_python", {"code": code, "background": True})]), hang)
-    first = await agents.start("in the background")
+    agents.standin.queue(Reply(calls=[("run_python", {"code": code, "background": True})]), hang)
+    first = await agents.start("in the background", keep=keep)
     turn_id = await first.turn_id()
-    await wait_for_file(agents.shared / "started", WAIT)
+    await wait_for_file(started, WAIT)
     await asyncio.wait_for(hang.in_flight.wait(), WAIT)
     await first.kill()
     hang.release.set()
+    return turn_id
+
+
+@pytest.mark.timeout(180)
+async def test_a_background_script_running_at_the_kill_is_taken_back_and_owed_to_the_model(
+    agents: Agents, standin: StandIn
+) -> None:
+    turn_id = await _background_at_the_kill(agents, keep=True)
+
+    def cancel_it(body: dict[str, Any]) -> Reply:
+        said = said_to_model(body)
+        assert "was lost" not in said
+        [script_id] = set(re.findall(r"Started background script ([\w:-]+)\.", said))
+        return Reply(calls=[("cancel_script", {"script_id": script_id})])
+
+    def finish_once_told(body: dict[str, Any]) -> Reply:
+        said = said_to_model(body)
+        assert "cancel_script was called" in said  # its result, from the script taken back
+        return Reply(calls=[("finish", {"summary": "told"})])
+
+    standin.queue(cancel_it, finish_once_told)
+    second = await agents.start("--resume", turn_id)
+    code_, turn = await second.ended()
+
+    assert code_ == 0, "".join(second.err)[-3000:]
+    assert (turn["stop_reason"], turn["summary"], turn["steps"]) == ("end_turn", "told", 3)
+
+
+@pytest.mark.timeout(180)
+async def test_without_kept_interpreters_a_background_script_at_the_kill_is_reported_lost(
+    agents: Agents, standin: StandIn
+) -> None:
+    turn_id = await _background_at_the_kill(agents, keep=False)
 
     def finish_once_told(body: dict[str, Any]) -> Reply:
         said = said_to_model(body)
@@ -474,7 +510,7 @@ async def test_a_background_script_running_at_the_kill_is_reported_lost_before_f
         return Reply(calls=[("finish", {"summary": "told"})])
 
     standin.queue(Reply(calls=[("finish", {"summary": "too early"})]), finish_once_told)
-    second = await agents.start("--resume", turn_id)
+    second = await agents.start("--resume", turn_id, keep=False)
     code_, turn = await second.ended()
 
     assert code_ == 0, "".join(second.err)[-3000:]

@@ -147,7 +147,8 @@ class Hosts:
         """Check at the end that nothing of another state directory is left running either."""
         self.watched.append(state_dir)
 
-    async def start(self, scripts: list[list[Any]], **config: Any) -> Host:
+    async def start(self, scripts: list[list[Any]], program: str = HOST, **config: Any) -> Host:
+        """A host running `program` (`HOST` unless a test brings its own) on `scripts`."""
         settings = {
             "state_dir": str(self.state_dir),
             "shared": str(self.shared),
@@ -159,7 +160,7 @@ class Hosts:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
-            HOST,
+            program,
             json.dumps(settings),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

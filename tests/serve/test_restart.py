@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import sqlite3
 from collections.abc import AsyncIterator
@@ -20,7 +21,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ClientMessageMetadata
 
 from tests.conftest import eventually, processes_with, wait_for_file
-from toolscript.serve.session import RESTARTED_NOTE
+from toolscript.actions import CANCEL_REASON
+from toolscript.serve.session import KEPT_NOTE, RESTARTED_NOTE
 
 from .conftest import (
     HANDSHAKE,
@@ -190,6 +192,7 @@ async def test_a_killed_server_restarted_on_its_state_gives_the_client_back_its_
             assert structured(ran)["shell"] == finished_id.split(":")[0]
             assert text(ran).startswith(RESTARTED_NOTE)
             assert structured(ran)["server_restarted"] is True
+            assert structured(ran)["variables_kept"] is False
             again = await client.call_tool("run_python", {"code": "x + 1"})
             assert structured(again)["value"] == "2"
             assert RESTARTED_NOTE not in text(again)
@@ -243,3 +246,97 @@ async def test_a_server_stopped_cleanly_and_started_again_reports_the_scripts_it
     await eventually(
         lambda: not processes_with(str(tmp_path)), 30, "processes of the servers were left"
     )
+
+
+async def test_a_killed_server_that_keeps_its_interpreters_gives_back_scripts_and_variables(
+    tmp_path: Path,
+) -> None:
+    marks = {name: tmp_path / name for name in ("ended", "began", "running", "go", "never")}
+    ends = f"print('ended while no server ran')\nopen({str(marks['ended'])!r}, 'w').close()\n6 * 7"
+    async with (
+        http_server(tmp_path, "--keep-interpreters") as first,
+        session_on(first) as (client, named),
+    ):
+        session_id = named[-1]
+        assert not (await client.call_tool("run_python", {"code": "x = 41"})).is_error
+        start_events, note_start = collector()
+        started = await client.send_request(
+            run_python(gated(marks["go"], marks["began"]) + ends, background=True),
+            types.CallToolResult,
+            metadata=ClientMessageMetadata(on_resumption_token_update=note_start),
+        )
+        finished_id = structured(started)["script_id"]
+        running = await client.call_tool(
+            "run_python", {"code": gated(marks["never"], marks["running"]), "background": True}
+        )
+        running_id = structured(running)["script_id"]
+        await wait_for_file(marks["began"], 60)
+        await wait_for_file(marks["running"], 60)
+        first.process.send_signal(signal.SIGKILL)
+        await first.process.wait()
+
+    # No server runs: the keeper keeps both scripts, and one of them ends.
+    marks["go"].touch()
+    await wait_for_file(marks["ended"], 60)
+
+    async with (
+        http_server(tmp_path, "--keep-interpreters") as second,
+        session_on(second, session_id=session_id) as (client, _),
+    ):
+        replayed = await client.send_request(
+            run_python(""),
+            types.CallToolResult,
+            metadata=ClientMessageMetadata(resumption_token=start_events[0]),
+        )
+        assert structured(replayed)["script_id"] == finished_id
+
+        status = await client.call_tool("script_status", {"script_id": finished_id})
+        assert not status.is_error, text(status)
+        assert (structured(status)["status"], structured(status)["value"]) == ("ok", "42")
+        assert "ended while no server ran" in text(status)
+
+        still = await client.call_tool("script_status", {"script_id": running_id})
+        assert structured(still)["status"] == "running", text(still)
+        cancelled = await client.call_tool("cancel_script", {"script_id": running_id})
+        assert structured(cancelled)["status"] in ("cancelled", "stopped"), text(cancelled)
+        assert CANCEL_REASON in text(cancelled)
+        # The session is told of the end of a script it took back: on its standalone
+        # stream, stored for a client that (re)opens it.
+        await eventually(
+            lambda: announced(tmp_path, session_id) == [running_id],
+            30,
+            "the end of the script taken back was not announced",
+        )
+
+        # The shell's interpreter was kept: its variables are there, and the note says so.
+        ran = await client.call_tool("run_python", {"code": "x + 1"})
+        assert structured(ran)["value"] == "42", text(ran)
+        assert text(ran).startswith(KEPT_NOTE)
+        assert structured(ran)["variables_kept"] is True
+        again = await client.call_tool("run_python", {"code": "x + 2"})
+        assert KEPT_NOTE not in text(again)
+
+    assert kept_results(tmp_path) == {
+        finished_id: "ok",
+        running_id: structured(cancelled)["status"],
+    }
+    await eventually(
+        lambda: not processes_with(str(tmp_path)), 30, "processes of the servers were left"
+    )
+
+
+def kept_results(folder: Path) -> dict[str, str]:
+    """The background results the journal of the servers in `folder` keeps, by script id."""
+    with contextlib.closing(sqlite3.connect(folder / "journal.sqlite3")) as journal:
+        return dict(journal.execute("SELECT script_id, status FROM script_results"))
+
+
+def announced(folder: Path, session_id: str) -> list[str]:
+    """The script ids whose end a session's standalone stream announced, as stored."""
+    with contextlib.closing(sqlite3.connect(folder / "journal.sqlite3")) as journal:
+        rows = journal.execute(
+            "SELECT message FROM stream_events WHERE session = ? AND stream = '_GET_stream'",
+            (session_id,),
+        )
+        found = [json.loads(row[0]).get("params", {}).get("data", {}) for row in rows if row[0]]
+    return [data["script_id"] for data in found if data.get("event") == "background_script_ended"]

@@ -15,7 +15,9 @@ before the loop acts on it. A resumed turn starts from the last write:
   shell was taken back with its script (`Shell.recovered()`), whose result is the answer,
   with its true status; without, the journal says whether the script started and how it
   ended, and the answer says what is known and that its output was lost;
-- background scripts are not kept across a restart: one still running is reported lost;
+- a background script still running, or ended unseen, goes on with kept interpreters: the
+  runtime took it back (`Runtime.background`), and the turn owes the model its result as
+  before; without, it is reported lost;
 - the clocks are those counted: the steps made, the step cap, the lifetime used (the time the
   turn had no process is not counted).
 """
@@ -73,7 +75,7 @@ def lost_script_words(
 ) -> str:
     """What the journal knows of the script a run_python call began at `since` (seconds
     since the epoch) in `shell`, when its process died and no kept shell had it
-    (`background`: it was started in the background, whose interpreters are never kept)."""
+    (`background`: it was started in the background, and the runtime did not take it back)."""
     found = []
     if isinstance(runtime, JournaledRuntime):
         scripts = runtime.journal.scripts(shell=shell, limit=5)
@@ -88,7 +90,7 @@ def lost_script_words(
         return (
             f"the agent's process died while its script ({script.script_id}) ran, and its "
             + (
-                "interpreter was not kept (background scripts never are)"
+                "interpreter was not taken back"
                 if background
                 else "interpreter was not kept (keep_interpreters keeps it)"
             )

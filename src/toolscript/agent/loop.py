@@ -36,7 +36,13 @@ from .conversation import (
 )
 from .providers import Provider, make_provider
 from .requests import ModelRequests
-from .runtime_protocol import SavedTurn, ScriptRuntime
+from .runtime_protocol import (
+    BackgroundScript,
+    JournaledRuntime,
+    KeepingRuntime,
+    SavedTurn,
+    ScriptRuntime,
+)
 from .scripts import TurnScripts, refuse
 from .terminal import TERMINAL_TOOLS, Ledger, Owed
 from .tools import ACTION_TOOLS, system_prompt
@@ -268,12 +274,20 @@ class _TurnRun:
         for owed in self.ledger.owed:
             if owed.standing in ("running", "ended"):
                 owed.standing = "returned"  # the note below tells the model
-        self.lost = list(state["lost"]) + [
-            f"Background script {script_id} was lost: the agent's process died while it "
-            "ran, and background scripts are not kept across a restart. What it did is "
-            "unknown; `toolscript calls --uncertain` lists calls it left in flight."
-            for script_id in state["background"]
-        ]
+        runtime = self.agent.runtime
+        kept = runtime.background if isinstance(runtime, KeepingRuntime) else []
+        taken = {str(handle.id): handle for handle in kept}
+        self.lost = list(state["lost"])
+        for script_id in state["background"]:
+            handle = taken.get(script_id)
+            if handle is not None:  # its interpreter was kept: it goes on, and is owed
+                self.scripts.adopt(handle)
+                continue
+            self.lost.append(
+                f"Background script {script_id} was lost: the agent's process died while it "
+                "ran, and its interpreter was not taken back (keep_interpreters keeps it). What it "
+                "did is unknown; `toolscript calls --uncertain` lists calls it left in flight."
+            )
         self.scripts.count = state["scripts"]
         outbox = state["outbox"]
         self.outbox = None if outbox is None else [ToolResult.from_dict(r) for r in outbox]
@@ -456,9 +470,37 @@ class _TurnRun:
             taken = await self.scripts.take_back(call)
             if taken is not None:
                 return taken
+        else:
+            handle = self.taken_back_since(since)
+            if handle is not None:
+                script_id = str(handle.id)
+                self.scripts.adopt(handle)
+                self.transcript.record_loop(
+                    "script_taken_back", call_id=call.id, script_id=script_id
+                )
+                self.ledger.returned(f"the answer to run_python call {call.id}")
+                return ToolResult(
+                    call.id,
+                    call.name,
+                    f"Started background script {script_id}. The agent's process restarted "
+                    "as it started; its interpreter was kept, and it runs on. You will be "
+                    "told when it ends.",
+                ), None
         why = lost_script_words(self.agent.runtime, self.shell_name, since, background=background)
         self.transcript.record_loop("script_lost", call_id=call.id, why=why)
         return refuse(self.ledger, call, f"run_python: {why}"), None
+
+    def taken_back_since(self, since: float) -> BackgroundScript | None:
+        """The background script of this turn's shell, started at `since` or later, that
+        the runtime took back from its keeper after the turn's process died, if any."""
+        runtime = self.agent.runtime
+        if not isinstance(runtime, KeepingRuntime) or not isinstance(runtime, JournaledRuntime):
+            return None
+        taken = {str(handle.id): handle for handle in runtime.background}
+        for script in runtime.journal.scripts(shell=self.shell_name, limit=5):
+            if script.started_at >= since and script.script_id in taken:
+                return taken[script.script_id]
+        return None
 
     async def end_turn(self, call: ToolCall) -> tuple[ToolResult, Stop | None]:
         """`finish` or `block`: accepted only once the model has seen every result of the turn."""

@@ -20,6 +20,7 @@ __all__ = [
     "CallCounts",
     "JournaledRuntime",
     "JournaledScript",
+    "KeepingRuntime",
     "RecoveringShell",
     "RuntimeJournal",
     "SavedTurn",
@@ -159,6 +160,17 @@ class JournaledRuntime(Protocol):
     @property
     def journal(self) -> RuntimeJournal:
         """The runtime's journal."""
+        ...
+
+
+@runtime_checkable
+class KeepingRuntime(Protocol):
+    """A runtime that keeps interpreters through its host's death: it holds again the
+    background scripts a process that is gone had started."""
+
+    @property
+    def background(self) -> Sequence[BackgroundScript]:
+        """The background scripts still running, those taken back included."""
         ...
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from ..actions import Actions, Answer, RunRequest
 from .control import TurnBudget
 from .conversation import ToolCall, ToolResult
-from .runtime_protocol import RecoveringShell
+from .runtime_protocol import BackgroundScript, RecoveringShell
 from .terminal import Background, Ledger, Owed
 from .transcript import Transcript
 from .turn import Emit, Stop
@@ -203,6 +203,22 @@ class TurnScripts:
         handle = answer.handle
         if handle is None:  # refused at once: it ended before it began
             return self._script_ended(call, answer, note, background=True)
+        self._watch(handle)
+        self.ledger.returned(f"the answer to run_python call {call.id}")
+        text = answer.text if note is None else f"({note})\n{answer.text}"
+        return ToolResult(call.id, call.name, text)
+
+    def adopt(self, handle: BackgroundScript) -> None:
+        """Follow a background script of this turn that a restarted runtime took back, as
+        one the turn started: `script_status` and `cancel_script` answer for it, and its
+        result is owed to the model."""
+        assert self.actions is not None
+        if str(handle.id) in self.ledger.background:
+            return
+        self.actions.track(handle)
+        self._watch(handle)
+
+    def _watch(self, handle: BackgroundScript) -> None:
         script_id = str(handle.id)
         watcher = asyncio.create_task(handle.result())
         owed = Owed(f"background script {script_id}", standing="running")
@@ -213,9 +229,6 @@ class TurnScripts:
                 None if done.cancelled() else self.emit("background_ended", script_id=script_id)
             )
         )
-        self.ledger.returned(f"the answer to run_python call {call.id}")
-        text = answer.text if note is None else f"({note})\n{answer.text}"
-        return ToolResult(call.id, call.name, text)
 
     def _take(self, found: Background) -> str:
         """The ended script's result text; from now on the model is owed nothing more for it."""

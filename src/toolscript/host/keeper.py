@@ -72,12 +72,17 @@ class Held:
 
     @property
     def shell(self) -> str | None:
-        """The shell it served, if a shell had it (not a warm one, not a background
-        script's)."""
+        """The shell it served, or whose background script it ran (`background`); None for
+        a warm one, which no shell had."""
         name, prefix = self.meta.get("shell"), self.meta.get("prefix")
-        if self.meta.get("background") or not isinstance(prefix, str):
-            return None  # background scripts are not taken back yet: they end
+        if not isinstance(prefix, str):
+            return None
         return name if isinstance(name, str) and name else None
+
+    @property
+    def background(self) -> bool:
+        """Whether it ran a background script of its shell, not the shell itself."""
+        return bool(self.meta.get("background"))
 
     @property
     def generation(self) -> int:

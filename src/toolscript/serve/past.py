@@ -9,9 +9,10 @@ before the restart: the journal's word, never a guess.
 - A script that ended without its result being kept (its server died in between) is
   answered with the status the journal has.
 
-Goal, for what comes next: when interpreters outlive the host, a script still running in a
-kept interpreter is no longer in the past; the runtime then holds its handle again, and the
-session tracks that handle instead (`Actions` asks `recall` only for ids it does not hold).
+With `--keep-interpreters`, a script still running when its server died (or one that ended
+while no server ran) is not in the past: the runtime takes it back from its keeper, and the
+server gives its handle to the session when the session comes back (`Actions.track`), so
+`recall` is asked only for the scripts nobody holds.
 """
 
 from __future__ import annotations

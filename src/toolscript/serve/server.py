@@ -54,7 +54,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from .. import ScriptResult
+from .. import ScriptHandle, ScriptResult
 from ..actions import Answer, no_such_tool
 from ..runtime import Runtime
 from .auth import BearerTokenGate
@@ -166,6 +166,14 @@ class ToolscriptServer:
         self._end_transport: Callable[[], None] | None = None
         self._tools = self._tool_list()
         runtime.on_catalogue_change(self._catalogue_changed)
+        self._taken_back: dict[str, ScriptHandle] = {}
+        """Background scripts the runtime took back from its keeper, until their session
+        comes back: their ends are kept in the journal even before."""
+        self._takers: dict[str, Session] = {}
+        if transport == "http":
+            for handle in runtime.background:  # none has ended yet (`Runtime.background`)
+                self._taken_back[handle.id] = handle
+                handle.add_done_callback(self._taken_back_ended)
 
     # -- serving -----------------------------------------------------------------------------
 
@@ -400,17 +408,22 @@ class ToolscriptServer:
                 task.cancel()  # the request was cancelled: the runtime stops the script
                 session.abandoned = task
 
-    async def _background_ended(self, session: Session, result: ScriptResult) -> None:
+    async def _taken_back_ended(self, result: ScriptResult) -> None:
+        await self._background_ended(self._takers.pop(str(result.script_id), None), result)
+
+    async def _background_ended(self, session: Session | None, result: ScriptResult) -> None:
         if self.transport == "http":  # kept first: a restarted server answers with it
             answer = Answer.of(result)
             with contextlib.suppress(Exception):  # the runtime may be closing
                 self.runtime.journal.record_result(
                     answer.script_id or "",
-                    session.name,
+                    result.shell,
                     result.status,
                     answer.text,
                     json.dumps(answer.data),
                 )
+        if session is None:
+            return  # its session has not come back yet: it will read the result kept
         await session.notify(
             "notifications/message",
             {
@@ -446,7 +459,9 @@ class ToolscriptServer:
             return session
         shell, taken_back = self._kept_shell(connection, connection.session_id)
         session = self._new_session(shell)
-        session.restarted = taken_back
+        if taken_back:
+            session.came_back()
+            self._give_back(session)
         session.notifier = connection
         connection.state[_SESSION_KEY] = session
 
@@ -467,6 +482,22 @@ class ToolscriptServer:
         )
         self._sessions.add(session)
         return session
+
+    def _give_back(self, session: Session) -> None:
+        """Have a session taken back track the background scripts of its shell that the
+        runtime took back (ended or not); `recall` answers only for the others."""
+        mine = [key for key in self._taken_back if key.startswith(f"{session.name}:")]
+        started = {
+            script.script_id: script.started_at
+            for script in self.runtime.journal.scripts(shell=session.name)
+            if script.script_id in mine
+        }
+        for script_id in mine:
+            handle = self._taken_back.pop(script_id)
+            if not handle.done():
+                self._takers[script_id] = session
+            running_for = time.time() - started.get(script_id, time.time())
+            session.actions.track(handle, running_for=max(0.0, running_for))
 
     def _kept_shell(self, connection: Connection, session_id: str) -> tuple[str, bool]:
         """The shell name of an HTTP session, and whether it was taken back: the name the

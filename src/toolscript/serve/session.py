@@ -17,13 +17,23 @@ from typing import Any, Protocol
 from ..actions import Actions, Answer
 from ..runtime import Shell
 
-__all__ = ["RESTARTED_NOTE", "Notifier", "Session"]
+__all__ = ["KEPT_NOTE", "RESTARTED_NOTE", "Notifier", "Session"]
 
 RESTARTED_NOTE = (
     "Note: toolscript serve restarted since this session's last run, and this shell's "
-    "interpreter ended with it: variables, imports and functions defined before are gone."
+    "interpreter did not outlive the restart: variables, imports and functions defined "
+    "before are gone."
 )
-"""What the first run after a session was taken back by a restarted server says first."""
+"""What the first run after a session was taken back by a restarted server says first, when
+its shell's interpreter is a new one."""
+
+KEPT_NOTE = (
+    "Note: toolscript serve restarted since this session's last run, and this shell's "
+    "interpreter was kept through the restart: variables, imports and functions defined "
+    "before are still there."
+)
+"""What it says first instead when the interpreter the shell had before the restart ran it
+(the server keeps its interpreters: `--keep-interpreters`)."""
 
 
 class Notifier(Protocol):
@@ -60,7 +70,8 @@ class Session:
         """The last foreground run the client gave up on, while the runtime stops it."""
         self.restarted = False
         """The server restarted since this session's shell last ran (a session taken back):
-        the next run's answer says that the variables set before are gone."""
+        the next run's answer says whether the variables set before are still there."""
+        self._kept_generation: int | None = None
 
     @property
     def name(self) -> str:
@@ -73,16 +84,26 @@ class Session:
         if notifier is not None and not self.closed:
             await notifier.notify(method, params)
 
+    def came_back(self) -> None:
+        """A restarted server took this session back: its next run's answer says so. A shell
+        whose interpreter the runtime took back from its keeper has a generation already."""
+        self.restarted = True
+        self._kept_generation = self.shell.generation or None
+
     def tell_restart(self, answer: Answer) -> Answer:
         """`answer`, saying first, once, that the server restarted since the shell last ran,
-        so the variables set before are gone (a refusal is passed as it is)."""
+        and whether the variables set before are still there: only if the run was in the
+        interpreter the shell had before (a refusal is passed as it is)."""
         if not self.restarted or answer.data is None:
             return answer
         self.restarted = False
+        kept = self._kept_generation is not None and (
+            answer.data.get("generation") == self._kept_generation
+        )
         return dataclasses.replace(
             answer,
-            text=f"{RESTARTED_NOTE}\n\n{answer.text}",
-            data={**answer.data, "server_restarted": True},
+            text=f"{KEPT_NOTE if kept else RESTARTED_NOTE}\n\n{answer.text}",
+            data={**answer.data, "server_restarted": True, "variables_kept": kept},
         )
 
     async def close(self, reason: str = "the MCP client's session ended") -> None:
