@@ -35,6 +35,7 @@ from pathlib import Path
 
 from .command import template_command
 from .environment import interpreter_environment
+from .pids import children, pidfds
 from .sandbox import Mount, Sandbox, prepare_remembered
 from .state import state_dir
 
@@ -58,7 +59,7 @@ class HeadStart:
         # The sandbox's own processes are in a session of their own (bubblewrap's
         # --new-session) and end only after bubblewrap: held by pidfds, they are killed and
         # waited for too, so nothing is left running on return.
-        inner = _pidfds(_children(self.process.pid))
+        inner = pidfds(children(self.process.pid))
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         for pidfd in inner:
@@ -71,22 +72,6 @@ class HeadStart:
             os.close(pidfd)
         self.sandbox.close()
         shutil.rmtree(self.shells_root, ignore_errors=True)
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as children:
-            return [int(child) for child in children.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _pidfds(pids: list[int]) -> list[int]:
-    found = []
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            found.append(os.pidfd_open(pid))
-    return found
 
 
 _pending: HeadStart | None = None

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .busypoll import LoopPoll
 from .keeper import Keeper
 from .output import StreamCapture
+from .pids import children
 from .sandbox import Sandbox
 from .template import Forked, Template, TemplateError, kernel_command
 
@@ -126,12 +127,8 @@ class KernelProcess:
         """The kernel's pid as the host sees it. (A sandboxed kernel is its init's child.)"""
         if self.launch.sandbox is None or self.pid is None:
             return self.pid
-        try:
-            with open(f"/proc/{self.pid}/task/{self.pid}/children") as children:
-                found = children.read().split()
-        except OSError:
-            return None
-        return int(found[0]) if found else None
+        found = children(self.pid)
+        return found[0] if found else None
 
     async def _spawn(self) -> socket.socket:
         loop = asyncio.get_running_loop()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .command import KERNEL_DIR, kernel_command, template_command
+from .pids import children, pidfds
 
 if TYPE_CHECKING:
     import subprocess
@@ -259,7 +260,7 @@ class Template:
         # In a sandbox, the process we started is bubblewrap's monitor; the sandbox's own
         # PID 1 ends only after it, and everything in the sandbox only after that PID 1:
         # held by a pidfd, it is waited for too, so nothing is left running on return.
-        inner = _pidfds(_children(self._process.pid))
+        inner = pidfds(children(self._process.pid))
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self._process.pid, signal.SIGKILL)
         for pidfd in inner:
@@ -362,33 +363,12 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as children:
-            return [int(child) for child in children.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _pidfds(pids: list[int]) -> list[int]:
-    pidfds = []
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            pidfds.append(os.pidfd_open(pid))
-    return pidfds
-
-
 async def _ended(pidfds: list[int]) -> None:
     """Wait until every process the pidfds refer to has ended."""
     loop = asyncio.get_running_loop()
     for pidfd in pidfds:
         ended: asyncio.Future[None] = loop.create_future()
-
-        def readable(ended: asyncio.Future[None] = ended) -> None:
-            if not ended.done():
-                ended.set_result(None)
-
-        loop.add_reader(pidfd, readable)
+        loop.add_reader(pidfd, _settle, ended)
         try:
             await ended
         finally:
