@@ -21,6 +21,7 @@ from typing import Any, BinaryIO, cast
 
 from ..kernel import wire
 from ..kernel.descriptors import BROKEN_EXIT
+from ..kernel.names import MAX_NAMES
 from .calls import CallLedger, CallReport
 from .catalogue import ToolCatalogue
 from .channel import CHANNEL_LOST_WAIT, CHECK_DELAY, CHECK_WAIT, Channel
@@ -157,7 +158,13 @@ class Interpreter:
         if many is False:
             self._names_many = False
         self._names.difference_update(gone)
-        self._names.update(new)
+        # The script can put any string in its globals (`globals()["a\nb"] = 1`) and any
+        # claim in a frame: only identifiers are names the check declares, and past the
+        # kernel's own bound the host too says only that there are too many.
+        self._names.update(name for name in new if name.isidentifier())
+        if len(self._names) > MAX_NAMES:
+            self._names_many = True
+            self._names.clear()
 
     @property
     def busy(self) -> bool:
