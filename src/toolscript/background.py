@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from .host.interpreter import Interpreter, InterpreterStartError
-from .host.keeper import RunningScript
 from .host.pool import CapReached
 from .results import ScriptResult, check_words, render_output, result_from
 
 if TYPE_CHECKING:
+    from .host.keeper import RunningScript
     from .shell import ShellServices
 
 __all__ = ["ScriptHandle"]

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .background import BackgroundScripts, ScriptHandle
 from .config import Knob, Settings
@@ -31,7 +31,6 @@ from .host.checker import ScriptChecker
 from .host.environment import interpreter_environment, scrubbed_environment
 from .host.interpreter import Interpreter, Launch
 from .host.journal import Journal, state_dir
-from .host.keeper import Keeper
 from .host.pool import InterpreterPool
 from .host.sandbox import LEVEL_NONE, Sandbox, SandboxError
 from .host.sandbox import Mount as SandboxMount
@@ -41,6 +40,9 @@ from .results import ScriptResult
 from .shell import Shell, ShellServices
 from .tools.prompt import call_name, matching_plans, summary
 from .tools.python import as_spec
+
+if TYPE_CHECKING:
+    from .host.keeper import Keeper
 
 # `Shell` and `ScriptHandle` are also named here, where they were first defined.
 __all__ = ["Runtime", "RuntimeClosedError", "ScriptHandle", "Shell"]
@@ -270,14 +272,16 @@ class Runtime:
             checker=self._checker,
         )
         self._started = True
-        if isinstance(self._template, Keeper):
-            await self._reattach(self._template)
+        if self.keep_interpreters:  # then the template is the keeper (`_start_keeper`)
+            await self._reattach(cast("Keeper", self._template))
         self._pool.fill()
         return self
 
     async def _start_keeper(self, base: Path) -> None:
         """Attach to this state directory's keeper, starting it if none runs: it starts the
         template, so interpreters are its, and outlive this host."""
+        from .host.keeper import Keeper  # imported only by runtimes that keep theirs
+
         keeper = await Keeper.attach(
             base,
             self.python,
@@ -348,7 +352,7 @@ class Runtime:
                 self._workdir,
                 mounts,
                 self.network,
-                cache=(self.state_dir or state_dir()) / "sandbox-check",
+                cache=(self.state_dir or state_dir()) / "sandbox-checks",
             )
         except SandboxError as error:
             if self.sandbox_mode == "required":
@@ -445,8 +449,8 @@ class Runtime:
             self._template_start.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._template_start
-        if isinstance(self._template, Keeper):
-            await self._template.detach_and_wait()
+        if self.keep_interpreters and self._template is not None:
+            await cast("Keeper", self._template).detach_and_wait()
         elif self._template is not None:
             await self._template.close()
         await self._close_services()

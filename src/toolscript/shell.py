@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .background import BackgroundScripts, ScriptHandle, check_before_running
 from .config import Settings, positive_seconds
@@ -28,7 +28,6 @@ from .host.interpreter import (
     Outcome,
 )
 from .host.journal import Journal
-from .host.keeper import RunningScript
 from .host.pool import CapReached, InterpreterPool
 from .results import (
     ScriptResult,
@@ -38,6 +37,9 @@ from .results import (
     result_from,
     uncertain_words,
 )
+
+if TYPE_CHECKING:
+    from .host.keeper import RunningScript
 
 __all__ = ["Shell", "ShellServices"]
 

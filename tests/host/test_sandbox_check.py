@@ -35,7 +35,7 @@ async def test_a_success_is_remembered_and_not_checked_again(
         return None
 
     monkeypatch.setattr(sandbox, "_probe", probe)
-    cache = tmp_path / "state" / "sandbox-check"
+    cache = tmp_path / "state" / "sandbox-checks"
     await sandbox._try(a_sandbox(tmp_path), cache)
     assert checks == ["checked"] and cache.exists()
     monkeypatch.setattr(sandbox, "_probed", {})  # another process
@@ -48,7 +48,7 @@ async def test_a_failure_is_not_remembered(tmp_path: Path, monkeypatch: pytest.M
         return "user namespaces are forbidden here"
 
     monkeypatch.setattr(sandbox, "_probe", probe)
-    cache = tmp_path / "sandbox-check"
+    cache = tmp_path / "sandbox-checks"
     with pytest.raises(sandbox.SandboxError, match="forbidden"):
         await sandbox._try(a_sandbox(tmp_path), cache)
     assert not cache.exists()
@@ -57,8 +57,9 @@ async def test_a_failure_is_not_remembered(tmp_path: Path, monkeypatch: pytest.M
 async def test_a_remembered_success_of_another_machine_state_is_checked_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cache = tmp_path / "sandbox-check"
-    cache.write_text("['another kernel']")
+    cache = tmp_path / "sandbox-checks"
+    cache.mkdir()
+    (cache / "0123456789abcdef01234567").write_text("['another kernel']")
 
     async def probe(_: sandbox.Sandbox) -> str | None:
         return "it cannot be made"
@@ -66,3 +67,22 @@ async def test_a_remembered_success_of_another_machine_state_is_checked_again(
     monkeypatch.setattr(sandbox, "_probe", probe)
     with pytest.raises(sandbox.SandboxError):
         await sandbox._try(a_sandbox(tmp_path), cache)
+
+
+async def test_successes_of_two_installs_sharing_a_state_folder_are_both_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks: list[str] = []
+
+    async def probe(_: sandbox.Sandbox) -> str | None:
+        checks.append("checked")
+        return None
+
+    monkeypatch.setattr(sandbox, "_probe", probe)
+    cache = tmp_path / "state" / "sandbox-checks"
+    fingerprints = iter(["['install a']", "['install b']", "['install a']", "['install b']"])
+    monkeypatch.setattr(sandbox, "_fingerprint", lambda _: next(fingerprints))
+    for _ in range(4):  # a, b, then a and b again, each as a process of its own
+        monkeypatch.setattr(sandbox, "_probed", {})
+        await sandbox._try(a_sandbox(tmp_path), cache)
+    assert checks == ["checked", "checked"]

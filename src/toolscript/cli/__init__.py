@@ -13,6 +13,8 @@ extra, a missing API key.
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
 from collections.abc import Sequence
 
@@ -70,5 +72,18 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
-    """The console entry point."""
-    sys.exit(run())
+    """The console entry point.
+
+    What the command does, it has done when `run` returns: its runtime is closed, its
+    processes ended and its journal written. What the interpreter would do after that (tear
+    down every module, collect the garbage) changes nothing but the time the command takes,
+    so the exit handlers run and the process ends.
+    """
+    status = run()
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        status = status or 120  # as Python itself exits when it cannot flush
+    os._exit(status)

@@ -45,8 +45,9 @@ class ScriptChecker:
 
     def __init__(self, folder: Path) -> None:
         self._folder = folder
-        self._for: tuple[ToolCatalogue, str] | None = None
         self._checked: CheckedCatalogue | None = None
+        self._checked_of: ToolCatalogue | None = None
+        self._for: tuple[CheckedCatalogue, str] | None = None
         self._server: TypeServer | None = None
 
     async def check(
@@ -61,12 +62,13 @@ class ScriptChecker:
         for cancellation."""
         host_version = f"{sys.version_info[0]}.{sys.version_info[1]}"
         version = ".".join((python_version or host_version).split(".")[:2])
+        checked = self._checked_for(catalogue)
+        if not checked.names_tools(code):
+            return CheckOutcome()  # before the server: a script that needs no check pays none
         try:
-            checked, server = await self._prepare(catalogue, version)
+            server = await self._server_for(checked, version)
         except (OSError, TypeServerError) as error:
             return CheckOutcome(failure=f"the checker could not be prepared: {error}")
-        if not checked.names_tools(code):
-            return CheckOutcome()
         if names is not None:  # a server that is down is bound to an object of its own
             names = names | frozenset(catalogue.down_messages)
         prepared = checked.prepare(code, names)
@@ -83,11 +85,15 @@ class ScriptChecker:
             return CheckOutcome([syntax_error], ran=True) if exact else CheckOutcome()
         return CheckOutcome(prepared.findings(diagnostics), ran=True)
 
-    async def _prepare(
-        self, catalogue: ToolCatalogue, version: str
-    ) -> tuple[CheckedCatalogue, TypeServer]:
-        if self._for != (catalogue, version) or self._checked is None or self._server is None:
-            checked = CheckedCatalogue(catalogue.plans, catalogue.prompt())
+    def _checked_for(self, catalogue: ToolCatalogue) -> CheckedCatalogue:
+        if self._checked is None or self._checked_of is not catalogue:
+            self._checked = CheckedCatalogue(catalogue.plans, catalogue.prompt())
+            self._checked_of = catalogue
+        return self._checked
+
+    async def _server_for(self, checked: CheckedCatalogue, version: str) -> TypeServer:
+        """The type server of a folder that holds `checked`'s stubs for `version`."""
+        if self._server is None or self._for != (checked, version):
             config = _ty_config(version)
             digest = hashlib.sha256(
                 (config + checked.stubs).encode("utf-8", "surrogatepass")
@@ -100,8 +106,8 @@ class ScriptChecker:
             if self._server is None or self._server.folder != folder:
                 await self.close()
                 self._server = TypeServer(_ty_binary(), folder)
-            self._for, self._checked = (catalogue, version), checked
-        return self._checked, self._server
+            self._for = (checked, version)
+        return self._server
 
     async def close(self) -> None:
         """End the type server, if one runs."""

@@ -99,7 +99,7 @@ def begin(
         return False
     shells_root = Path(tempfile.mkdtemp(prefix="toolscript-"))
     interpreter_env = interpreter_environment(env, sandboxed=True)
-    cache = (state or state_dir()) / "sandbox-check"
+    cache = (state or state_dir()) / "sandbox-checks"
     sandbox = prepare_remembered(python, interpreter_env, shells_root, mounts, network, cache)
     if sandbox is None:
         shells_root.rmdir()

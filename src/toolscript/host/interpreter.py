@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from ..kernel import wire
 from ..kernel.descriptors import BROKEN_EXIT
@@ -28,7 +28,6 @@ from .channel import CHANNEL_LOST_WAIT, CHECK_DELAY, CHECK_WAIT, Channel
 from .dispatch import Dispatcher
 from .images import ScriptImage
 from .journal import Journal
-from .keeper import RunningScript
 from .output import Captured, StreamCapture
 from .process import (
     EXIT_STATUS_WAIT,
@@ -40,6 +39,9 @@ from .process import (
     describe_exit,
 )
 from .template import Forked
+
+if TYPE_CHECKING:
+    from .keeper import RunningScript
 
 __all__ = [
     "CHANNEL_LOST_WAIT",
@@ -53,7 +55,6 @@ __all__ = [
     "InterpreterStartError",
     "Launch",
     "Outcome",
-    "RunningScript",
     "describe_exit",
 ]
 

@@ -18,10 +18,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .busypoll import LoopPoll
-from .keeper import Keeper
 from .output import StreamCapture
 from .pids import children
 from .sandbox import Sandbox
@@ -29,6 +28,7 @@ from .template import Forked, Template, TemplateError, kernel_command
 
 if TYPE_CHECKING:
     from .headstart import HeadStart
+    from .keeper import Keeper
 
 EXIT_STATUS_WAIT = 1.0
 """Seconds to wait for the template's word on how a forked kernel ended."""
@@ -279,10 +279,15 @@ class KernelProcess:
         if self._process is not None:
             self._process.close()
 
+    def _keeper(self) -> Keeper | None:
+        """The keeper that holds this kernel, if one does. (Only a keeper gives a kernel a
+        number, `held`; the keeper's module is imported only by runtimes that keep theirs.)"""
+        return None if self.held is None else cast("Keeper", self.launch.template)
+
     def note(self, **meta: object) -> None:
         """Tell the keeper that holds this kernel, if one does, what it runs now."""
-        keeper = self.launch.template
-        if self.held is not None and isinstance(keeper, Keeper):
+        keeper = self._keeper()
+        if keeper is not None and self.held is not None:
             keeper.note(self.held, **meta)
 
     def script_began(
@@ -290,8 +295,8 @@ class KernelProcess:
     ) -> None:
         """Tell the keeper that holds this kernel, if one does, that a script runs now, and
         until when (wall-clock time) its time limit holds."""
-        keeper = self.launch.template
-        if self.held is not None and isinstance(keeper, Keeper):
+        keeper = self._keeper()
+        if keeper is not None and self.held is not None:
             self._noted = not keeper.script_began(
                 self._slot, script_id, marker, deadline, grace, limit
             )
@@ -307,8 +312,8 @@ class KernelProcess:
 
     def script_ended(self) -> None:
         """Tell the keeper that holds this kernel, if one does, that no script runs in it."""
-        keeper = self.launch.template
-        if self.held is not None and isinstance(keeper, Keeper):
+        keeper = self._keeper()
+        if keeper is not None and self.held is not None:
             keeper.script_ended(self._slot)
             if self._noted:
                 keeper.note(self.held, script=None, deadline=None)
@@ -318,8 +323,8 @@ class KernelProcess:
         a keeper that held it lets it go."""
         if self._own_template is not None:
             await self._own_template.close()
-        keeper = self.launch.template
-        if self.held is not None and isinstance(keeper, Keeper):
+        keeper = self._keeper()
+        if keeper is not None and self.held is not None:
             keeper.forget(self.held)
             self.held = None
         if self.launch.sandbox is not None and self.exited.is_set():

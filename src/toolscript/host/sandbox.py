@@ -282,7 +282,7 @@ def prepare_remembered(
     if key in _probed:
         if _probed[key] is not None:
             return None
-    elif _remembered(cache) == _fingerprint(sandbox):
+    elif _remembered(cache, _fingerprint(sandbox)):
         _probed[key] = None
     else:
         return None
@@ -346,15 +346,17 @@ async def _try(sandbox: Sandbox, cache: Path | None) -> None:
     machine that forbids any step is told apart here, at start.
 
     Once per process, and once per machine while nothing it depends on changes: a success
-    is remembered in `cache` (a file in the state directory), keyed by the bubblewrap binary,
-    the kernel's release, the user, and the confinement code. Only successes: a remembered
+    is remembered in `cache` (a folder in the state directory, a file per success named for
+    what it depends on: the bubblewrap binary, the kernel's release, the user, and the
+    confinement code, so that installs of toolscript that share a state directory do not
+    undo each other's). Only successes: a remembered
     failure could leave a machine that can sandbox running without one. A stale success can
     only make interpreters fail to start, which their runs then say.
     """
     key = (sandbox.bwrap, sandbox.privileged, sandbox.network)
     if key not in _probed:
         fingerprint = _fingerprint(sandbox)
-        if cache is not None and _remembered(cache) == fingerprint:
+        if cache is not None and _remembered(cache, fingerprint):
             _probed[key] = None
         else:
             _probed[key] = await _probe(sandbox)
@@ -377,21 +379,27 @@ def _fingerprint(sandbox: Sandbox) -> str:
     return repr(parts)
 
 
-def _remembered(cache: Path) -> str | None:
+def _remembered(cache: Path, fingerprint: str) -> bool:
     try:
-        return cache.read_text(encoding="utf-8")
+        return (cache / _digest(fingerprint)).read_text(encoding="utf-8") == fingerprint
     except (OSError, UnicodeDecodeError):
-        return None
+        return False
 
 
 def _remember(cache: Path, fingerprint: str) -> None:
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache.with_name(f"{cache.name}.{os.getpid()}")
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = cache / f".{os.getpid()}"
         partial.write_text(fingerprint, encoding="utf-8")
-        partial.replace(cache)
+        partial.replace(cache / _digest(fingerprint))
     except OSError:
         pass  # remembered for this process only
+
+
+def _digest(fingerprint: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(fingerprint.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 async def _probe(sandbox: Sandbox) -> str | None:
