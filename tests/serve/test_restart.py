@@ -211,6 +211,28 @@ async def test_a_killed_server_restarted_on_its_state_gives_the_client_back_its_
     )
 
 
+async def test_a_session_that_never_called_a_tool_is_taken_back_after_a_kill(
+    tmp_path: Path,
+) -> None:
+    async with http_server(tmp_path) as first, session_on(first) as (client, named):
+        session_id = named[-1]
+        await client.list_tools()
+        await eventually(
+            lambda: session_id in kept_sessions(tmp_path), 30, "the session was not kept"
+        )
+        first.process.send_signal(signal.SIGKILL)
+        await first.process.wait()
+
+    async with http_server(tmp_path) as second, session_on(second, session_id=session_id) as (
+        client,
+        _,
+    ):
+        ran = await client.call_tool("run_python", {"code": "x = 20\nx + 1"})
+        assert not ran.is_error, text(ran)
+        assert structured(ran)["value"] == "21"
+        assert structured(ran)["shell"] == f"mcp-{session_id[:12]}"
+
+
 async def test_a_server_stopped_cleanly_and_started_again_reports_the_scripts_it_stopped(
     tmp_path: Path,
 ) -> None:

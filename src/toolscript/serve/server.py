@@ -155,6 +155,9 @@ class ToolscriptServer:
         )
         if transport == "http":
             self.server.add_request_handler("server/discover", types.RequestParams, self._discover)
+            self.server.add_notification_handler(
+                "notifications/initialized", types.NotificationParams, self._initialized
+            )
         self._sessions: set[Session] = set()
         self._stdio: Session | None = None
         self._stateless: Session | None = None
@@ -441,6 +444,13 @@ class ToolscriptServer:
         )
 
     # -- sessions ----------------------------------------------------------------------------
+
+    async def _initialized(
+        self, ctx: ServerRequestContext[Any], params: types.NotificationParams
+    ) -> None:
+        """A client finished its handshake: its session is kept from now on, so a restarted
+        server takes it back even if it never called a tool before the restart."""
+        self._session_for(ctx)
 
     def _session_for(self, ctx: ServerRequestContext[Any]) -> Session:
         connection = _connection_of(ctx)
