@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +89,26 @@ async def test_successes_of_two_installs_sharing_a_state_folder_are_both_remembe
         monkeypatch.setattr(sandbox, "_probed", {})
         await sandbox._try(a_sandbox(tmp_path), cache)
     assert checks == ["checked", "checked"]
+
+
+def test_the_cgroups_of_gone_hosts_are_removed_unless_a_process_is_left_in_them(
+    tmp_path: Path,
+) -> None:
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    gone, alive = ended.pid, os.getpid()
+    left = tmp_path / f"toolscript-{gone}-aaaa"
+    (left / "i1-000001").mkdir(parents=True)
+    busy = tmp_path / f"toolscript-{gone}-bbbb"
+    (busy / "i2-000002").mkdir(parents=True)
+    (busy / "i2-000002" / "cgroup.procs").write_text("1234")  # a directory rmdir refuses
+    mine = tmp_path / f"toolscript-{alive}-cccc"
+    (mine / "i3-000003").mkdir(parents=True)
+    other = tmp_path / "someone-else"
+    other.mkdir()
+
+    assert sandbox.sweep_cgroups(tmp_path) == 1
+    assert not left.exists()
+    assert (busy / "i2-000002").exists()
+    assert (mine / "i3-000003").exists()
+    assert other.exists()

@@ -223,9 +223,12 @@ async def test_a_session_that_never_called_a_tool_is_taken_back_after_a_kill(
         first.process.send_signal(signal.SIGKILL)
         await first.process.wait()
 
-    async with http_server(tmp_path) as second, session_on(second, session_id=session_id) as (
-        client,
-        _,
+    async with (
+        http_server(tmp_path) as second,
+        session_on(second, session_id=session_id) as (
+            client,
+            _,
+        ),
     ):
         ran = await client.call_tool("run_python", {"code": "x = 20\nx + 1"})
         assert not ran.is_error, text(ran)

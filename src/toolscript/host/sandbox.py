@@ -31,14 +31,17 @@ is, and `process_limit` says so.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..kernel.init import TEMPLATE_CGROUP
 from .command import KERNEL_DIR
 from .paths import SYSTEM as _SYSTEM
 from .paths import merge as _merge
@@ -235,7 +238,7 @@ class Sandbox:
         """Remove every cgroup this runtime made (its processes are gone by now)."""
         if self.cgroup is None:
             return
-        for name in list(self._cgroups):
+        for name in [*self._cgroups, TEMPLATE_CGROUP]:
             self.drop_cgroup(name)
         try:
             os.rmdir(self.cgroup)
@@ -448,7 +451,55 @@ def _make_cgroup() -> Path | None:
             path.mkdir()
             if root == "/sys/fs/cgroup":
                 (path / "cgroup.subtree_control").write_text("+pids")
-            return path
         except OSError:
             continue
+        threading.Thread(target=sweep_cgroups, args=(base,), daemon=True).start()
+        return path
     return None
+
+
+# Goal: a host that was killed (SIGKILL, a crash, the machine's OOM killer) leaves no cgroup
+# behind for good. What fails: removing them at its own close, which a killed host never
+# reaches; removing every `toolscript-*` cgroup whose host is gone, which would take one a
+# keeper still uses (the keeper's template was started in the sandbox of the host that
+# started the keeper, and goes on using that host's cgroup after that host is gone). What
+# we do: a sandboxed template is in a cgroup of its own under its runtime's (`template`), so
+# the runtime's cgroup has a process in it for as long as its template lives, whoever's
+# template it now is. Each new runtime's host sweeps, in a thread of its own, the cgroups of
+# hosts that are gone, and removes only those in which no process is left (a cgroup with a
+# child cannot be removed, nor one with a process in it).
+
+
+def sweep_cgroups(root: Path, most: int = 64) -> int:
+    """Remove, under `root`, the cgroups of toolscript hosts that are no longer running and in
+    which no process is left (at most `most` of the hosts' cgroups); how many were removed."""
+    removed = 0
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return 0
+    for entry in entries:
+        if removed >= most:
+            break
+        parts = entry.name.split("-")
+        if len(parts) != 3 or parts[0] != "toolscript" or not parts[1].isdigit():
+            continue
+        if _running(int(parts[1])):
+            continue
+        with contextlib.suppress(OSError):
+            for child in os.scandir(entry.path):
+                if child.is_dir(follow_symlinks=False):
+                    os.rmdir(child.path)  # refused while a process is in it
+            os.rmdir(entry.path)
+            removed += 1
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -36,6 +36,8 @@ from . import confine
 STAGING = "/.toolscript"
 """Where the sandbox shows the runtime's shell folders (`shells`), extra mounts (`mounts/N`)
 and the process-count cgroup (`cgroup`) to the init, until it has put them in place."""
+TEMPLATE_CGROUP = "template"
+"""The cgroup a sandboxed template is in, under its runtime's."""
 
 
 def become_init(
@@ -61,7 +63,7 @@ def become_init(
         confine.bind(source, target, writable=bool(writable))
     cgroup = request.get("cgroup")
     if isinstance(cgroup, str) and cgroup:
-        _join_cgroup(f"{STAGING}/cgroup/{cgroup}", request.get("processes"))
+        join_cgroup(f"{STAGING}/cgroup/{cgroup}", request.get("processes"))
     kernel_end, init_end = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -75,13 +77,23 @@ def become_init(
     os._exit(0)  # not reached
 
 
-def _join_cgroup(path: str, processes: object) -> None:
-    os.makedirs(path, exist_ok=True)
-    if isinstance(processes, int) and processes > 0:
-        with open(f"{path}/pids.max", "w") as limit:
-            limit.write(str(processes))
-    with open(f"{path}/cgroup.procs", "w") as procs:
-        procs.write(str(os.getpid()))
+def join_cgroup(path: str, processes: object = None) -> None:
+    """Move this process into the cgroup at `path`, made if need be, with `processes` as its
+    process limit if it is a positive number."""
+    for attempt in range(3):
+        try:
+            os.makedirs(path, exist_ok=True)
+            if isinstance(processes, int) and processes > 0:
+                with open(f"{path}/pids.max", "w") as limit:
+                    limit.write(str(processes))
+            with open(f"{path}/cgroup.procs", "w") as procs:
+                procs.write(str(os.getpid()))
+            return
+        except FileNotFoundError:
+            # Made, then removed before this process was in it: another runtime's host,
+            # sweeping cgroups that no process is in (`toolscript.host.sandbox`).
+            if attempt == 2:
+                raise
 
 
 def _serve(control: socket.socket, kernel: int, status_fd: int, config: dict[str, Any]) -> None:

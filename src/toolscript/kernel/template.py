@@ -64,6 +64,11 @@ def main(argv: list[str]) -> None:
 
         _sandbox = config["sandbox"]
         _own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY)
+        if os.path.isdir(f"{init.STAGING}/cgroup"):
+            # In a cgroup of its own under the runtime's, so that the runtime's is not empty
+            # while the template lives, even after the host that made it is gone: a keeper's
+            # template forks into it (see `sweep_cgroups` in `toolscript.host.sandbox`).
+            init.join_cgroup(f"{init.STAGING}/cgroup/{init.TEMPLATE_CGROUP}")
 
     preloaded: list[str] = []
     failures: list[list[str]] = []
