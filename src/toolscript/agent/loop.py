@@ -37,7 +37,7 @@ from .conversation import (
 from .providers import Provider, make_provider
 from .requests import ModelRequests
 from .runtime_protocol import SavedTurn, ScriptRuntime
-from .scripts import TurnScripts, refuse
+from .scripts import TurnScripts, not_run, refuse
 from .terminal import TERMINAL_TOOLS, Ledger
 from .tools import ACTION_TOOLS, system_prompt
 from .transcript import Transcript
@@ -200,7 +200,8 @@ class _TurnRun:
             prompt = system_prompt(self.agent.runtime.prompt(), self.agent.instructions)
             self.stop = await self.steps_until_stop(prompt)
         except asyncio.CancelledError:
-            self.stop = Stop("aborted", self.abort_text())
+            why = self.scripts.abandon() or self.requests.abandon()
+            self.stop = Stop("aborted", why or "the caller cancelled the turn")
         except Exception as err:
             self.stop = Stop("error", f"the loop failed: {type(err).__name__}: {err}")
         await self.scripts.clean_up()
@@ -233,23 +234,6 @@ class _TurnRun:
         """Raise `CancelledError` if an abort was asked for and something swallowed it."""
         if self.abort_requested:
             raise asyncio.CancelledError
-
-    def abort_text(self) -> str:
-        waiting_on = self.scripts.waiting_on
-        if waiting_on is not None:
-            self.transcript.record_loop("script_abandoned", call_id=waiting_on)
-            return (
-                f"the caller cancelled the turn while the script of run_python call "
-                f"{waiting_on} ran; it was cancelled with the turn and its result "
-                "was not collected"
-            )
-        progress = self.requests.progress
-        if progress is not None:
-            self.requests.record_partial("aborted")
-            if progress.content_started:
-                return "the caller cancelled the turn while the model's reply was streaming"
-            return "the caller cancelled the turn while it waited for the model's reply"
-        return "the caller cancelled the turn"
 
     async def steps_until_stop(self, prompt: str) -> Stop:
         checkpoint = self.checkpoint
@@ -344,7 +328,9 @@ class _TurnRun:
                 continue
             if stop is not None or self.budget.expired():
                 stop = stop or self.budget.lifetime_stop("while the model's tool calls were run")
-                results[call.id] = self.not_run(call, "the turn's lifetime passed before it")
+                results[call.id] = not_run(
+                    self.ledger, call, "the turn's lifetime passed before it"
+                )
                 continue
             results[call.id], stop = await self.call_tool(call)
             checkpoint.in_flight = None
@@ -353,7 +339,7 @@ class _TurnRun:
         terminal = [call for call in calls if call.name in TERMINAL_TOOLS]
         for index, call in enumerate(terminal):
             if stop is not None:
-                results[call.id] = self.not_run(call, "the turn ended before it")
+                results[call.id] = not_run(self.ledger, call, "the turn ended before it")
             elif index > 0:
                 results[call.id] = refuse(
                     self.ledger,
@@ -370,9 +356,6 @@ class _TurnRun:
         if stop is None:
             checkpoint.save()
         return stop
-
-    def not_run(self, call: ToolCall, why: str) -> ToolResult:
-        return refuse(self.ledger, call, f"{call.name} was not run: {why}.")
 
     async def call_tool(self, call: ToolCall) -> tuple[ToolResult, Stop | None]:
         args = call.arguments
