@@ -20,6 +20,8 @@ before the loop acts on it. A resumed turn starts from the last write:
   before; without, it is reported lost;
 - the clocks are those counted: the steps made, the step cap, the lifetime used (the time the
   turn had no process is not counted).
+
+`TurnCheckpoint` holds where a turn stands, makes these writes and takes the turn up again.
 """
 
 from __future__ import annotations
@@ -27,7 +29,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .runtime_protocol import JournaledRuntime, SavedTurn, ScriptRuntime, TurnJournal
+from .control import TurnBudget
+from .conversation import ToolCall, ToolResult, message_from_dict
+from .runtime_protocol import (
+    BackgroundScript,
+    JournaledRuntime,
+    KeepingRuntime,
+    SavedTurn,
+    ScriptRuntime,
+    TurnJournal,
+)
+from .scripts import TurnScripts, refuse
+from .terminal import Ledger, Owed
+from .transcript import Transcript
+from .turn import Stop
 
 ResumeRefusal = Literal["unknown", "ended", "held", "no_journal"]
 
@@ -151,3 +166,152 @@ class TurnRecord:
             "messages": self.messages,
             "state": self.state,
         }
+
+
+class TurnCheckpoint:
+    """Where one turn stands, written to its journal at every change that matters, and taken
+    up from there when its process died.
+
+    `phase` is `start` (no request yet), `request` (one in flight), `acting` (on the reply
+    `acting`, with the `results` so far and the run_python call whose script may have started
+    `in_flight`) or `between` (the step's results wait in `outbox`). `continuation` asks the
+    model to go on after a reply that was cut or paused; `lost` are notes for the model of
+    background scripts lost with the process that died.
+    """
+
+    def __init__(
+        self,
+        runtime: ScriptRuntime,
+        turn_id: str,
+        shell: str,
+        budget: TurnBudget,
+        transcript: Transcript,
+        ledger: Ledger,
+        scripts: TurnScripts,
+    ) -> None:
+        self.runtime = runtime
+        self.shell = shell
+        self.log = TurnLog.of(runtime, turn_id)
+        self.budget = budget
+        self.transcript = transcript
+        self.ledger = ledger
+        self.scripts = scripts
+        self.phase = "start"
+        self.acting: list[ToolCall] | None = None
+        self.results: dict[str, ToolResult] = {}
+        self.in_flight: dict[str, Any] | None = None
+        self.outbox: list[ToolResult] | None = None
+        self.continuation: str | None = None
+        self.lost: list[str] = []
+
+    def begin(self, task: str, model: str) -> None:
+        """Record the turn's start, with where it stands."""
+        self.log.begin(task, model, self.shell, self.record())
+
+    def save(self) -> None:
+        """Record where the turn stands."""
+        self.log.save(self.record())
+
+    def end(self, stop_reason: str) -> None:
+        """Record the turn's end: from now on it cannot be resumed."""
+        self.log.end(stop_reason, self.record())
+
+    def record(self) -> TurnRecord:
+        """What a save of the turn writes now."""
+        ledger = self.ledger
+        return TurnRecord(
+            steps=self.budget.steps,
+            step_cap=self.budget.cap,
+            elapsed=self.budget.elapsed(),
+            messages=[message.to_dict() for message in self.transcript.history],
+            state={
+                "phase": self.phase,
+                "entries": self.transcript.entries,
+                "owed": [{"label": o.label, "standing": o.standing} for o in ledger.owed],
+                "background": [b.script_id for b in ledger.background.values() if not b.reported],
+                "scripts": self.scripts.count,
+                "outbox": None if self.outbox is None else [r.to_dict() for r in self.outbox],
+                "continuation": self.continuation,
+                "acting": None if self.acting is None else [c.to_dict() for c in self.acting],
+                "results": {key: result.to_dict() for key, result in self.results.items()},
+                "in_flight": self.in_flight,
+                "lost": self.lost,
+            },
+        )
+
+    def restore(self, saved: SavedTurn) -> None:
+        """Take up the turn where its process last saved it."""
+        state = saved.state
+        self.budget.carry_over(saved.steps, saved.step_cap, saved.elapsed)
+        self.transcript.history = [message_from_dict(m) for m in saved.messages]
+        self.transcript.entries = list(state["entries"])
+        self.ledger.owed = [Owed(o["label"], o["standing"]) for o in state["owed"]]
+        for owed in self.ledger.owed:
+            if owed.standing in ("running", "ended"):
+                owed.standing = "returned"  # the note below tells the model
+        runtime = self.runtime
+        kept = runtime.background if isinstance(runtime, KeepingRuntime) else []
+        taken = {str(handle.id): handle for handle in kept}
+        self.lost = list(state["lost"])
+        for script_id in state["background"]:
+            handle = taken.get(script_id)
+            if handle is not None:  # its interpreter was kept: it goes on, and is owed
+                self.scripts.adopt(handle)
+                continue
+            self.lost.append(
+                f"Background script {script_id} was lost: the agent's process died while it "
+                "ran, and its interpreter was not taken back (keep_interpreters keeps it). What it "
+                "did is unknown; `toolscript calls --uncertain` lists calls it left in flight."
+            )
+        self.scripts.count = state["scripts"]
+        outbox = state["outbox"]
+        self.outbox = None if outbox is None else [ToolResult.from_dict(r) for r in outbox]
+        self.continuation = state["continuation"]
+        acting = state["acting"]
+        self.acting = None if acting is None else [ToolCall(**call) for call in acting]
+        self.results = {k: ToolResult.from_dict(r) for k, r in state["results"].items()}
+        self.in_flight = state["in_flight"]
+        self.phase = state["phase"]
+        self.transcript.record_loop(
+            "resumed", phase=self.phase, step=self.budget.steps, elapsed=saved.elapsed
+        )
+
+    async def take_back(self, call: ToolCall, since: float) -> tuple[ToolResult, Stop | None]:
+        """The answer to a run_python call whose script ran when the turn's process died:
+        its result, if the shell was taken back with it, else what the journal knows."""
+        background = (call.arguments or {}).get("background") is True
+        if not background:  # a kept shell has only its foreground script
+            taken = await self.scripts.take_back(call)
+            if taken is not None:
+                return taken
+        else:
+            handle = self._taken_back_since(since)
+            if handle is not None:
+                script_id = str(handle.id)
+                self.scripts.adopt(handle)
+                self.transcript.record_loop(
+                    "script_taken_back", call_id=call.id, script_id=script_id
+                )
+                self.ledger.returned(f"the answer to run_python call {call.id}")
+                return ToolResult(
+                    call.id,
+                    call.name,
+                    f"Started background script {script_id}. The agent's process restarted "
+                    "as it started; its interpreter was kept, and it runs on. You will be "
+                    "told when it ends.",
+                ), None
+        why = lost_script_words(self.runtime, self.shell, since, background=background)
+        self.transcript.record_loop("script_lost", call_id=call.id, why=why)
+        return refuse(self.ledger, call, f"run_python: {why}"), None
+
+    def _taken_back_since(self, since: float) -> BackgroundScript | None:
+        """The background script of this turn's shell, started at `since` or later, that
+        the runtime took back from its keeper after the turn's process died, if any."""
+        runtime = self.runtime
+        if not isinstance(runtime, KeepingRuntime) or not isinstance(runtime, JournaledRuntime):
+            return None
+        taken = {str(handle.id): handle for handle in runtime.background}
+        for script in runtime.journal.scripts(shell=self.shell, limit=5):
+            if script.started_at >= since and script.script_id in taken:
+                return taken[script.script_id]
+        return None

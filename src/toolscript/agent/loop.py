@@ -9,7 +9,8 @@ keeps the turn as it goes, so `Agent.resume` can take up a turn whose process di
 `Agent` is the public face; one `_TurnRun` drives a turn's steps and acts on the model's tool
 calls, with its parts beside it: the clocks and the step cap (`control.TurnBudget`), the
 requests and their retries (`requests.ModelRequests`), the scripts (`scripts.TurnScripts`),
-the record (`transcript.Transcript`) and what the turn owes the model (`terminal.Ledger`).
+the record (`transcript.Transcript`), what the turn owes the model (`terminal.Ledger`) and
+where it stands, saved as it goes (`checkpoint.TurnCheckpoint`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..actions import Actions, no_such_tool
-from .checkpoint import TurnLog, TurnRecord, lost_script_words, take_saved
+from .checkpoint import TurnCheckpoint, take_saved
 from .control import ExecutionControl, TurnBudget
 from .conversation import (
     AssistantMessage,
@@ -32,19 +33,12 @@ from .conversation import (
     ToolResult,
     ToolResults,
     UserText,
-    message_from_dict,
 )
 from .providers import Provider, make_provider
 from .requests import ModelRequests
-from .runtime_protocol import (
-    BackgroundScript,
-    JournaledRuntime,
-    KeepingRuntime,
-    SavedTurn,
-    ScriptRuntime,
-)
-from .scripts import TurnScripts, refuse
-from .terminal import TERMINAL_TOOLS, Ledger, Owed
+from .runtime_protocol import SavedTurn, ScriptRuntime
+from .scripts import TurnScripts, not_run, refuse
+from .terminal import TERMINAL_TOOLS, Ledger
 from .tools import ACTION_TOOLS, system_prompt
 from .transcript import Transcript
 from .turn import AgentEvent, Stop, StopReason, Turn
@@ -164,26 +158,24 @@ class _TurnRun:
         self.turn_id = turn_id
         self.saved = saved
         self.shell_name = f"turn-{turn_id}" if saved is None else saved.shell
-        self.log = TurnLog.of(agent.runtime, turn_id)
         self.budget = TurnBudget(agent.control)
         self.transcript = Transcript()
         self.ledger = Ledger()
         self.requests = ModelRequests(agent.provider, self.budget, self.transcript, self.emit)
         self.scripts = TurnScripts(self.ledger, self.budget, self.transcript, self.emit)
-        self.outbox: list[ToolResult] | None = None
-        self.continuation: str | None = None
+        self.checkpoint = TurnCheckpoint(
+            agent.runtime,
+            turn_id,
+            self.shell_name,
+            self.budget,
+            self.transcript,
+            self.ledger,
+            self.scripts,
+        )
         self.stop: Stop | None = None
         self.abort_requested = False
         self.summary: str | None = None
         self.blocked: str | None = None
-        # Where the turn stands, as saved: `start` (no request yet), `request` (one in
-        # flight), `acting` (on the reply `acting`, with the `results` so far and the call
-        # whose tool is `in_flight`), `between` (the step's results are in the outbox).
-        self.phase = "start"
-        self.acting: list[ToolCall] | None = None
-        self.results: dict[str, ToolResult] = {}
-        self.in_flight: dict[str, Any] | None = None
-        self.lost: list[str] = []
 
     def emit(self, kind: str, /, **detail: Any) -> None:
         listener = self.agent.on_event
@@ -201,14 +193,15 @@ class _TurnRun:
             self.scripts.actions = Actions(shell, max_time_limit=runtime.max_time_limit)
             if self.saved is None:
                 self.transcript.say(UserText(self.task))
-                self.log.begin(self.task, self.agent.model, self.shell_name, self.record())
+                self.checkpoint.begin(self.task, self.agent.model)
             else:
-                self.restore(self.saved)
+                self.checkpoint.restore(self.saved)
             self.emit("turn_started", turn_id=self.turn_id, resumed=self.saved is not None)
             prompt = system_prompt(self.agent.runtime.prompt(), self.agent.instructions)
             self.stop = await self.steps_until_stop(prompt)
         except asyncio.CancelledError:
-            self.stop = Stop("aborted", self.abort_text())
+            why = self.scripts.abandon() or self.requests.abandon()
+            self.stop = Stop("aborted", why or "the caller cancelled the turn")
         except Exception as err:
             self.stop = Stop("error", f"the loop failed: {type(err).__name__}: {err}")
         await self.scripts.clean_up()
@@ -217,12 +210,13 @@ class _TurnRun:
     def ending(self, stop: Stop) -> Turn:
         """The `Turn` for `stop`, with the last words of the transcript written."""
         self.stop = stop
-        if self.outbox is not None:
-            self.transcript.record_unsent(self.outbox)
-            self.outbox = None
+        checkpoint = self.checkpoint
+        if checkpoint.outbox is not None:
+            self.transcript.record_unsent(checkpoint.outbox)
+            checkpoint.outbox = None
         self.transcript.record_stop(stop)
         with contextlib.suppress(Exception):  # the turn's end is told even if the journal fails
-            self.log.end(stop.reason, self.record())
+            checkpoint.end(stop.reason)
         self.emit("turn_ended", stop_reason=stop.reason, error=stop.error)
         return Turn(
             stop_reason=stop.reason,
@@ -236,99 +230,18 @@ class _TurnRun:
             turn_id=self.turn_id,
         )
 
-    # -- the turn in the journal -----------------------------------------------------------
-
-    def record(self) -> TurnRecord:
-        """What a save of the turn writes now."""
-        ledger = self.ledger
-        return TurnRecord(
-            steps=self.budget.steps,
-            step_cap=self.budget.cap,
-            elapsed=self.budget.elapsed(),
-            messages=[message.to_dict() for message in self.transcript.history],
-            state={
-                "phase": self.phase,
-                "entries": self.transcript.entries,
-                "owed": [{"label": o.label, "standing": o.standing} for o in ledger.owed],
-                "background": [b.script_id for b in ledger.background.values() if not b.reported],
-                "scripts": self.scripts.count,
-                "outbox": None if self.outbox is None else [r.to_dict() for r in self.outbox],
-                "continuation": self.continuation,
-                "acting": None if self.acting is None else [c.to_dict() for c in self.acting],
-                "results": {key: result.to_dict() for key, result in self.results.items()},
-                "in_flight": self.in_flight,
-                "lost": self.lost,
-            },
-        )
-
-    def save(self) -> None:
-        self.log.save(self.record())
-
-    def restore(self, saved: SavedTurn) -> None:
-        """Take up the turn where its process last saved it."""
-        state = saved.state
-        self.budget.carry_over(saved.steps, saved.step_cap, saved.elapsed)
-        self.transcript.history = [message_from_dict(m) for m in saved.messages]
-        self.transcript.entries = list(state["entries"])
-        self.ledger.owed = [Owed(o["label"], o["standing"]) for o in state["owed"]]
-        for owed in self.ledger.owed:
-            if owed.standing in ("running", "ended"):
-                owed.standing = "returned"  # the note below tells the model
-        runtime = self.agent.runtime
-        kept = runtime.background if isinstance(runtime, KeepingRuntime) else []
-        taken = {str(handle.id): handle for handle in kept}
-        self.lost = list(state["lost"])
-        for script_id in state["background"]:
-            handle = taken.get(script_id)
-            if handle is not None:  # its interpreter was kept: it goes on, and is owed
-                self.scripts.adopt(handle)
-                continue
-            self.lost.append(
-                f"Background script {script_id} was lost: the agent's process died while it "
-                "ran, and its interpreter was not taken back (keep_interpreters keeps it). What it "
-                "did is unknown; `toolscript calls --uncertain` lists calls it left in flight."
-            )
-        self.scripts.count = state["scripts"]
-        outbox = state["outbox"]
-        self.outbox = None if outbox is None else [ToolResult.from_dict(r) for r in outbox]
-        self.continuation = state["continuation"]
-        acting = state["acting"]
-        self.acting = None if acting is None else [ToolCall(**call) for call in acting]
-        self.results = {k: ToolResult.from_dict(r) for k, r in state["results"].items()}
-        self.in_flight = state["in_flight"]
-        self.phase = state["phase"]
-        self.transcript.record_loop(
-            "resumed", phase=self.phase, step=self.budget.steps, elapsed=saved.elapsed
-        )
-
     def check_abort(self) -> None:
         """Raise `CancelledError` if an abort was asked for and something swallowed it."""
         if self.abort_requested:
             raise asyncio.CancelledError
 
-    def abort_text(self) -> str:
-        waiting_on = self.scripts.waiting_on
-        if waiting_on is not None:
-            self.transcript.record_loop("script_abandoned", call_id=waiting_on)
-            return (
-                f"the caller cancelled the turn while the script of run_python call "
-                f"{waiting_on} ran; it was cancelled with the turn and its result "
-                "was not collected"
-            )
-        progress = self.requests.progress
-        if progress is not None:
-            self.requests.record_partial("aborted")
-            if progress.content_started:
-                return "the caller cancelled the turn while the model's reply was streaming"
-            return "the caller cancelled the turn while it waited for the model's reply"
-        return "the caller cancelled the turn"
-
     async def steps_until_stop(self, prompt: str) -> Stop:
-        if self.phase == "acting" and self.acting is not None:
-            stop = await self.act(self.acting)
+        checkpoint = self.checkpoint
+        if checkpoint.phase == "acting" and checkpoint.acting is not None:
+            stop = await self.act(checkpoint.acting)
             if stop is not None:
                 return stop
-        resend = self.phase == "request"
+        resend = checkpoint.phase == "request"
         while True:
             if resend:
                 # The request in flight when the process died is sent again, as the same
@@ -349,9 +262,9 @@ class _TurnRun:
             if self.stop is not None:
                 return self.stop
             if not reply.tool_calls:
-                self.continuation = CUT_REPLY if reply.model_stop != "pause_turn" else ""
-                self.phase = "between"
-                self.save()
+                checkpoint.continuation = CUT_REPLY if reply.model_stop != "pause_turn" else ""
+                checkpoint.phase = "between"
+                checkpoint.save()
                 continue
             stop = await self.act(reply.tool_calls)
             if stop is not None:
@@ -374,21 +287,22 @@ class _TurnRun:
         self.send_outbox()
         budget.steps += 1
         self.ledger.model_looked()
-        self.phase = "request"
-        self.save()
+        self.checkpoint.phase = "request"
+        self.checkpoint.save()
         self.emit("step", cap=budget.cap)
         return await self.requests.ask(prompt)
 
     def send_outbox(self) -> None:
-        notes = self.lost + self.scripts.collect_background()
-        self.lost = []
-        if self.outbox is not None:
-            self.transcript.say(ToolResults(tuple(self.outbox), tuple(notes)))
-        elif self.continuation is not None or notes:
-            text = [self.continuation] if self.continuation else []
+        checkpoint = self.checkpoint
+        notes = checkpoint.lost + self.scripts.collect_background()
+        checkpoint.lost = []
+        if checkpoint.outbox is not None:
+            self.transcript.say(ToolResults(tuple(checkpoint.outbox), tuple(notes)))
+        elif checkpoint.continuation is not None or notes:
+            text = [checkpoint.continuation] if checkpoint.continuation else []
             self.transcript.say(UserText("\n\n".join(text + notes)))
-        self.outbox = None
-        self.continuation = None
+        checkpoint.outbox = None
+        checkpoint.continuation = None
 
     async def renew_cap(self) -> None:
         outcome = await self.budget.ask_before_step(
@@ -403,26 +317,29 @@ class _TurnRun:
 
     async def act(self, calls: list[ToolCall]) -> Stop | None:
         """Act on a reply's tool calls; those answered before a restart keep their answer."""
-        if self.acting is not calls:
-            self.acting, self.results, self.phase = calls, {}, "acting"
-            self.save()
-        results = self.results
+        checkpoint = self.checkpoint
+        if checkpoint.acting is not calls:
+            checkpoint.acting, checkpoint.results, checkpoint.phase = calls, {}, "acting"
+            checkpoint.save()
+        results = checkpoint.results
         stop: Stop | None = None
         for call in calls:
             if call.name in TERMINAL_TOOLS or call.id in results:
                 continue
             if stop is not None or self.budget.expired():
                 stop = stop or self.budget.lifetime_stop("while the model's tool calls were run")
-                results[call.id] = self.not_run(call, "the turn's lifetime passed before it")
+                results[call.id] = not_run(
+                    self.ledger, call, "the turn's lifetime passed before it"
+                )
                 continue
             results[call.id], stop = await self.call_tool(call)
-            self.in_flight = None
-            self.save()
+            checkpoint.in_flight = None
+            checkpoint.save()
             self.check_abort()
         terminal = [call for call in calls if call.name in TERMINAL_TOOLS]
         for index, call in enumerate(terminal):
             if stop is not None:
-                results[call.id] = self.not_run(call, "the turn ended before it")
+                results[call.id] = not_run(self.ledger, call, "the turn ended before it")
             elif index > 0:
                 results[call.id] = refuse(
                     self.ledger,
@@ -431,16 +348,14 @@ class _TurnRun:
                 )
             else:
                 results[call.id], stop = await self.end_turn(call)
-        self.outbox = [results[call.id] for call in calls]
+        outbox = [results[call.id] for call in calls]
         if not self.agent.images:
-            self.outbox = [replace(result, images=()) for result in self.outbox]
-        self.acting, self.results, self.phase = None, {}, "between"
+            outbox = [replace(result, images=()) for result in outbox]
+        checkpoint.outbox = outbox
+        checkpoint.acting, checkpoint.results, checkpoint.phase = None, {}, "between"
         if stop is None:
-            self.save()
+            checkpoint.save()
         return stop
-
-    def not_run(self, call: ToolCall, why: str) -> ToolResult:
-        return refuse(self.ledger, call, f"{call.name} was not run: {why}.")
 
     async def call_tool(self, call: ToolCall) -> tuple[ToolResult, Stop | None]:
         args = call.arguments
@@ -452,55 +367,17 @@ class _TurnRun:
                 f"({call.raw_arguments[:200]!r}).",
             ), None
         if call.name == "run_python":
-            if self.in_flight is not None and self.in_flight["call_id"] == call.id:
-                return await self.take_back(call, self.in_flight["since"])
-            self.in_flight = {"call_id": call.id, "since": time.time()}
-            self.save()
+            checkpoint = self.checkpoint
+            in_flight = checkpoint.in_flight
+            if in_flight is not None and in_flight["call_id"] == call.id:
+                return await checkpoint.take_back(call, in_flight["since"])
+            checkpoint.in_flight = {"call_id": call.id, "since": time.time()}
+            checkpoint.save()
             return await self.scripts.run_python(call, args)
         if call.name in ("script_status", "cancel_script"):
             return await self.scripts.look_at_script(call, args)
         names = [tool.name for tool in ACTION_TOOLS]
         return refuse(self.ledger, call, no_such_tool(call.name, names).text), None
-
-    async def take_back(self, call: ToolCall, since: float) -> tuple[ToolResult, Stop | None]:
-        """The answer to a run_python call whose script ran when the turn's process died:
-        its result, if the shell was taken back with it, else what the journal knows."""
-        background = (call.arguments or {}).get("background") is True
-        if not background:  # a kept shell has only its foreground script
-            taken = await self.scripts.take_back(call)
-            if taken is not None:
-                return taken
-        else:
-            handle = self.taken_back_since(since)
-            if handle is not None:
-                script_id = str(handle.id)
-                self.scripts.adopt(handle)
-                self.transcript.record_loop(
-                    "script_taken_back", call_id=call.id, script_id=script_id
-                )
-                self.ledger.returned(f"the answer to run_python call {call.id}")
-                return ToolResult(
-                    call.id,
-                    call.name,
-                    f"Started background script {script_id}. The agent's process restarted "
-                    "as it started; its interpreter was kept, and it runs on. You will be "
-                    "told when it ends.",
-                ), None
-        why = lost_script_words(self.agent.runtime, self.shell_name, since, background=background)
-        self.transcript.record_loop("script_lost", call_id=call.id, why=why)
-        return refuse(self.ledger, call, f"run_python: {why}"), None
-
-    def taken_back_since(self, since: float) -> BackgroundScript | None:
-        """The background script of this turn's shell, started at `since` or later, that
-        the runtime took back from its keeper after the turn's process died, if any."""
-        runtime = self.agent.runtime
-        if not isinstance(runtime, KeepingRuntime) or not isinstance(runtime, JournaledRuntime):
-            return None
-        taken = {str(handle.id): handle for handle in runtime.background}
-        for script in runtime.journal.scripts(shell=self.shell_name, limit=5):
-            if script.started_at >= since and script.script_id in taken:
-                return taken[script.script_id]
-        return None
 
     async def end_turn(self, call: ToolCall) -> tuple[ToolResult, Stop | None]:
         """`finish` or `block`: accepted only once the model has seen every result of the turn."""

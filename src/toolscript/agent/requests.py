@@ -56,7 +56,7 @@ class ModelRequests:
             except TimeoutError:
                 if not deadline.expired():
                     raise
-                self.record_partial("time_limit")
+                self._record_partial("time_limit")
                 if remaining is not None and remaining < request_timeout:
                     return self.budget.lifetime_stop("while the model was answering")
                 return Stop(
@@ -71,7 +71,7 @@ class ModelRequests:
                         return Stop("error", f"{err}; no time was left to retry")
                     attempt += 1
                     continue
-                self.record_partial("error")
+                self._record_partial("error")
                 return Stop("error", str(err))
             if not reply.complete and not self.progress.content_started and attempt < MAX_RETRIES:
                 self.progress = None
@@ -85,7 +85,18 @@ class ModelRequests:
                 return Stop("truncated", _truncated_text(reply))
             return reply
 
-    def record_partial(self, ended: str) -> None:
+    def abandon(self) -> str | None:
+        """At a cancel of the turn: what became of the request in flight, if one was; what
+        had streamed of it is recorded."""
+        progress = self.progress
+        if progress is None:
+            return None
+        self._record_partial("aborted")
+        if progress.content_started:
+            return "the caller cancelled the turn while the model's reply was streaming"
+        return "the caller cancelled the turn while it waited for the model's reply"
+
+    def _record_partial(self, ended: str) -> None:
         """Record what had streamed of the request in flight, which ended as `ended`."""
         progress = self.progress
         if progress is None:

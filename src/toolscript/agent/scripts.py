@@ -31,6 +31,11 @@ def refuse(ledger: Ledger, call: ToolCall, text: str) -> ToolResult:
     return ToolResult(call.id, call.name, text, is_error=True)
 
 
+def not_run(ledger: Ledger, call: ToolCall, why: str) -> ToolResult:
+    """The error result for a call the turn did not make, and `why`; the model is owed it."""
+    return refuse(ledger, call, f"{call.name} was not run: {why}.")
+
+
 class TurnScripts:
     """The scripts of one turn, run through the turn's `actions` (in its shell).
 
@@ -113,6 +118,18 @@ class TurnScripts:
         self.count += 1
         note = "the agent's process restarted while this script ran; it went on, and this is its result"
         return self._script_ended(call, Answer.of(outcome), note, background=False), None
+
+    def abandon(self) -> str | None:
+        """At a cancel of the turn: what became of the script being awaited, if one was."""
+        waiting_on = self.waiting_on
+        if waiting_on is None:
+            return None
+        self.transcript.record_loop("script_abandoned", call_id=waiting_on)
+        return (
+            f"the caller cancelled the turn while the script of run_python call "
+            f"{waiting_on} ran; it was cancelled with the turn and its result "
+            "was not collected"
+        )
 
     def _script_ended(
         self, call: ToolCall, answer: Answer, note: str | None, *, background: bool
