@@ -1,5 +1,8 @@
 """The three actions a model takes on a runtime: `run_python`, `script_status`, `cancel_script`.
 
+One concept, though a little over 500 lines: the actions' rules and words, defined once for
+both faces, so that neither can drift from the other.
+
 `toolscript serve` offers them to an MCP client and `toolscript.agent` to its model. Both take
 the rules and the words from here, and keep only their transport: MCP content, structured
 content and progress for one; messages, the transcript and the turn's clocks for the other.

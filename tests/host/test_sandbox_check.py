@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolscript.host import sandbox
+from toolscript.host import cgroups, sandbox
 
 
 def a_sandbox(tmp_path: Path) -> sandbox.Sandbox:
@@ -107,7 +107,7 @@ def test_the_cgroups_of_gone_hosts_are_removed_unless_a_process_is_left_in_them(
     other = tmp_path / "someone-else"
     other.mkdir()
 
-    assert sandbox.sweep_cgroups(tmp_path) == 1
+    assert cgroups.sweep_cgroups(tmp_path) == 1
     assert not left.exists()
     assert (busy / "i2-000002").exists()
     assert (mine / "i3-000003").exists()

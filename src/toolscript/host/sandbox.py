@@ -31,17 +31,16 @@ is, and `process_limit` says so.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import sys
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..kernel.init import TEMPLATE_CGROUP
+from .cgroups import make_cgroup
 from .command import KERNEL_DIR
 from .paths import SYSTEM as _SYSTEM
 from .paths import merge as _merge
@@ -76,9 +75,6 @@ _ETC = (
 """What Python, TLS, time zones, fonts and the dynamic loader read from /etc."""
 
 _NETWORK_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf")
-
-
-_PIDS_CGROUPS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
 
 
 class SandboxError(Exception):
@@ -262,7 +258,7 @@ async def prepare(
     sandbox = _sandbox(python, env, shells_root, mounts, network)
     await _try(sandbox, cache)
     if sandbox.privileged:
-        sandbox.cgroup = _make_cgroup()
+        sandbox.cgroup = make_cgroup()
     return sandbox
 
 
@@ -290,7 +286,7 @@ def prepare_remembered(
     else:
         return None
     if sandbox.privileged:
-        sandbox.cgroup = _make_cgroup()
+        sandbox.cgroup = make_cgroup()
     return sandbox
 
 
@@ -432,74 +428,3 @@ async def _probe(sandbox: Sandbox) -> str | None:
         said = stderr.decode("utf-8", "replace").strip()[-400:]
         return f"an interpreter could not be confined here (exit {process.returncode}): {said}"
     return None
-
-
-def _make_cgroup() -> Path | None:
-    """A `pids` cgroup for this runtime, if the machine lets us make one."""
-    for root in _PIDS_CGROUPS:
-        base = Path(root)
-        if root == "/sys/fs/cgroup":
-            try:
-                if "pids" not in (base / "cgroup.subtree_control").read_text().split():
-                    continue
-            except OSError:
-                continue
-        elif not (base / "pids.max").exists() and not (base / "cgroup.procs").exists():
-            continue
-        path = base / f"toolscript-{os.getpid()}-{os.urandom(4).hex()}"
-        try:
-            path.mkdir()
-            if root == "/sys/fs/cgroup":
-                (path / "cgroup.subtree_control").write_text("+pids")
-        except OSError:
-            continue
-        threading.Thread(target=sweep_cgroups, args=(base,), daemon=True).start()
-        return path
-    return None
-
-
-# Goal: a host that was killed (SIGKILL, a crash, the machine's OOM killer) leaves no cgroup
-# behind for good. What fails: removing them at its own close, which a killed host never
-# reaches; removing every `toolscript-*` cgroup whose host is gone, which would take one a
-# keeper still uses (the keeper's template was started in the sandbox of the host that
-# started the keeper, and goes on using that host's cgroup after that host is gone). What
-# we do: a sandboxed template is in a cgroup of its own under its runtime's (`template`), so
-# the runtime's cgroup has a process in it for as long as its template lives, whoever's
-# template it now is. Each new runtime's host sweeps, in a thread of its own, the cgroups of
-# hosts that are gone, and removes only those in which no process is left (a cgroup with a
-# child cannot be removed, nor one with a process in it).
-
-
-def sweep_cgroups(root: Path, most: int = 64) -> int:
-    """Remove, under `root`, the cgroups of toolscript hosts that are no longer running and in
-    which no process is left (at most `most` of the hosts' cgroups); how many were removed."""
-    removed = 0
-    try:
-        entries = list(os.scandir(root))
-    except OSError:
-        return 0
-    for entry in entries:
-        if removed >= most:
-            break
-        parts = entry.name.split("-")
-        if len(parts) != 3 or parts[0] != "toolscript" or not parts[1].isdigit():
-            continue
-        if _running(int(parts[1])):
-            continue
-        with contextlib.suppress(OSError):
-            for child in os.scandir(entry.path):
-                if child.is_dir(follow_symlinks=False):
-                    os.rmdir(child.path)  # refused while a process is in it
-            os.rmdir(entry.path)
-            removed += 1
-    return removed
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

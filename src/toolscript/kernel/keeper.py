@@ -1,5 +1,9 @@
 """The keeper: the process that owns a state directory's interpreters, so they outlive a host.
 
+One concept, though over 500 lines: one small process and everything it does, which must live
+in one standard-library module that a bare Python runs (its socket's messages, the board it
+reads, the time limits it enforces while no host is attached, its exit).
+
 Goal: a host that dies (a crash, a deploy, a SIGKILL) must not take its interpreters with it:
 variables stay, a running script keeps running and notices only a delay, and the next host
 on the same state directory takes them back. What fails: interpreters that are the host's
