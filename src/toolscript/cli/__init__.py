@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from . import agent, calls, exec, serve, tools
 from .options import HelpFormatter, UsageError
@@ -80,6 +82,8 @@ def main() -> None:
     so the exit handlers run and the process ends.
     """
     status = run()
+    if sys.dont_write_bytecode:
+        _cache_own_bytecode()
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()
@@ -87,3 +91,32 @@ def main() -> None:
     except OSError:
         status = status or 120  # as Python itself exits when it cannot flush
     os._exit(status)
+
+
+def _cache_own_bytecode() -> None:
+    """Compile toolscript's own modules once when Python was told not to cache bytecode.
+
+    Goal: a command costs the same whether or not `PYTHONDONTWRITEBYTECODE` is set. What
+    fails: leaving it to imports, which then compile every module from source on every
+    command (an editable install never gets the bytecode that `pip install` writes), and the
+    sandboxed interpreter, which reads the kernel from a read-only folder, can never write its
+    own. What we do: after a command, when toolscript's bytecode is missing or older than its
+    source, compile the package's modules once, as an install would; a folder that cannot be
+    written is left as it is.
+    """
+    import importlib.util
+
+    package = Path(__file__).resolve().parent.parent
+    for probe in (package / "runtime.py", package / "kernel" / "runner.py"):
+        try:
+            cached = Path(importlib.util.cache_from_source(str(probe)))
+            if cached.stat().st_mtime < probe.stat().st_mtime:
+                break
+        except (OSError, NotImplementedError, ValueError):
+            break
+    else:
+        return
+    import compileall
+
+    with contextlib.suppress(Exception):
+        compileall.compile_dir(package, quiet=2)
