@@ -47,3 +47,37 @@ def test_a_command_compiles_toolscripts_modules_once_though_bytecode_is_not_writ
     for module in ("runtime.py", "cli/__init__.py", "kernel/runner.py", "host/journal/store.py"):
         cached = importlib.util.cache_from_source(str(source / "toolscript" / module))
         assert Path(cached).is_file(), module
+
+
+def test_the_kernel_is_compiled_before_an_interpreter_starts(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    shutil.copytree(
+        Path(PACKAGE).resolve().parent,
+        source / "toolscript",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    code = (
+        "import asyncio, sys\n"
+        "from toolscript import Runtime\n"
+        "async def main():\n"
+        "    async with Runtime(journal=':memory:', pool_size=0) as rt:\n"
+        "        print((await rt.run('6 * 7')).value)\n"
+        "asyncio.run(main())\n"
+    )
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(source),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "TOOLSCRIPT_STATE": str(tmp_path / "state"),
+    }
+    ran = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=100, env=environment
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "42"
+    kernel = source / "toolscript" / "kernel"
+    for module in ("runner.py", "template.py", "calls.py"):
+        assert Path(importlib.util.cache_from_source(str(kernel / module))).is_file(), module
+    assert not Path(
+        importlib.util.cache_from_source(str(source / "toolscript" / "shell.py"))
+    ).exists()

@@ -6,6 +6,7 @@ this command before the host has imported anything heavy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +33,9 @@ BOOTSTRAP = (
 
 
 def kernel_command(python: str, entry: str, *args: str) -> list[str]:
-    """The command line that runs `toolscript_kernel.<entry>.main(args)` under `python`."""
+    """The command line that runs `toolscript_kernel.<entry>.main(args)` under `python`; the
+    kernel's bytecode is brought up to date first (`compile_kernel`)."""
+    compile_kernel()
     return [python, "-I", "-c", BOOTSTRAP, str(KERNEL_DIR), entry, *args]
 
 
@@ -48,3 +51,27 @@ def template_command(
         settings["kept"] = True
     command = kernel_command(python, "template", control, json.dumps(settings))
     return sandbox.command(command) if sandbox is not None else command
+
+
+def compile_kernel() -> None:
+    """Compile the kernel's modules if their bytecode is missing or older than their source.
+
+    The sandboxed interpreter reads the kernel from a folder it cannot write, so it can never
+    cache the bytecode itself; without it, every interpreter that starts (not forks) compiles
+    the kernel from source. Python writes it on import unless told not to
+    (`PYTHONDONTWRITEBYTECODE`); this writes it once either way, as an install would. A
+    folder that cannot be written is left as it is.
+    """
+    import importlib.util
+
+    try:
+        probe = KERNEL_DIR / "runner.py"
+        cached = Path(importlib.util.cache_from_source(str(probe)))
+        if cached.stat().st_mtime >= probe.stat().st_mtime:
+            return
+    except (OSError, NotImplementedError, ValueError):
+        pass
+    import compileall
+
+    with contextlib.suppress(Exception):
+        compileall.compile_dir(KERNEL_DIR, quiet=2)
