@@ -9,7 +9,6 @@ a keeper does: `held` (what a host before this one left), `take`, `note` and `fo
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
 import fcntl
@@ -26,13 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..kernel.keeper import BOARD, SLOT, SLOT_SIZE, SLOTS
 from .command import BOOTSTRAP, KERNEL_DIR, template_command
-from .template import Forked, TemplateError
+from .template import Forked, TemplateError, read_messages
 
 if TYPE_CHECKING:
     from .sandbox import Sandbox
 
 SOCKET_NAME = "keeper.sock"
 """The keeper's socket, in the state directory."""
+
+_MAX_MESSAGE = 1 << 20
+"""The longest message the keeper sends."""
 
 EXIT_WAIT = 3.0
 """Seconds a closing host waits for a keeper that holds nothing to exit."""
@@ -365,25 +367,7 @@ class Keeper:
             self._waiting.pop(key, None)
 
     def _readable(self) -> None:
-        while True:
-            try:
-                data, fds = _receive(self._connection)
-            except BlockingIOError:
-                return
-            except OSError:
-                data, fds = b"", []
-            try:
-                message = json.loads(data) if data else None
-            except ValueError:
-                message = None
-            if not isinstance(message, dict):
-                for fd in fds:
-                    os.close(fd)
-                self._gone()
-                return
-            if fds:
-                message["_fds"] = fds
-            self._handle(message)
+        read_messages(self._connection, _MAX_MESSAGE, 8, self._handle, self._gone)
 
     def _handle(self, message: dict[str, Any]) -> None:
         kind = message.get("t")
@@ -469,17 +453,6 @@ async def _start(
             said = log.read_text(errors="replace")[-800:].strip()
         raise KeeperError(f"the keeper did not start{'; it said: ' + said if said else ''}")
     return process
-
-
-def _receive(connection: socket.socket) -> tuple[bytes, list[int]]:
-    fds = array.array("i")
-    data, ancillary, _flags, _address = connection.recvmsg(
-        1 << 20, socket.CMSG_SPACE(8 * fds.itemsize)
-    )
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-    return data, list(fds)
 
 
 async def _readable(fd: int) -> None:

@@ -17,11 +17,12 @@ import json
 import os
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..kernel.control import decode, receive
 from .command import KERNEL_DIR, kernel_command, template_command
 from .pids import children, pidfds
 
@@ -36,8 +37,12 @@ __all__ = [
     "Template",
     "TemplateError",
     "kernel_command",
+    "read_messages",
     "template_command",
 ]
+
+_MAX_MESSAGE = 1 << 16
+"""The longest message the template sends."""
 
 
 class TemplateError(Exception):
@@ -278,37 +283,7 @@ class Template:
         self._fail_waiters("the template was closed")
 
     def _readable(self) -> None:
-        fds = array.array("i")
-        while True:
-            try:
-                data, ancillary, _flags, _address = self._control.recvmsg(
-                    65536, socket.CMSG_SPACE(fds.itemsize)
-                )
-            except BlockingIOError:
-                return
-            except OSError:
-                data, ancillary = b"", []
-            received: list[int] = []
-            for level, kind, payload in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds = array.array("i")
-                    fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-                    received.extend(fds)
-            if not data:
-                for fd in received:
-                    os.close(fd)
-                self._gone()
-                return
-            try:
-                message = json.loads(data)
-            except ValueError:
-                for fd in received:
-                    os.close(fd)
-                self._gone()
-                return
-            if received:
-                message["_fds"] = received
-            self._handle(message)
+        read_messages(self._control, _MAX_MESSAGE, 1, self._handle, self._gone)
 
     def _handle(self, message: dict[str, Any]) -> None:
         kind = message.get("t")
@@ -356,6 +331,34 @@ class Template:
             if text:
                 return f"; it said: {text[-800:]}"
         return ""
+
+
+def read_messages(
+    sock: socket.socket,
+    size: int,
+    most_fds: int,
+    handle: Callable[[dict[str, Any]], None],
+    gone: Callable[[], None],
+) -> None:
+    """Hand each control message waiting on `sock` to `handle`, with the descriptors passed
+    along it in `"_fds"`; call `gone` instead, once, when the other end has gone or sent
+    what is not a message (see `toolscript.kernel.control`)."""
+    while True:
+        try:
+            data, fds = receive(sock, size, most_fds)
+        except BlockingIOError:
+            return
+        except OSError:
+            data, fds = b"", []
+        message = decode(data)
+        if message is None:
+            for fd in fds:
+                os.close(fd)
+            gone()
+            return
+        if fds:
+            message["_fds"] = fds
+        handle(message)
 
 
 def _settle(future: asyncio.Future[None]) -> None:

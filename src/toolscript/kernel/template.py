@@ -35,6 +35,7 @@ import threading
 from typing import Any
 
 from .__main__ import apply_limits, close_inherited, import_preload
+from .control import decode, receive
 
 _MAX_MESSAGE = 1 << 16
 _CLONE_NEWPID = 0x20000000
@@ -117,24 +118,15 @@ def main(argv: list[str]) -> None:
 
 
 def _receive(control: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    fds = array.array("i")
-    data, ancillary, _flags, _address = control.recvmsg(
-        _MAX_MESSAGE, socket.CMSG_SPACE(3 * fds.itemsize)
-    )
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+    data, fds = receive(control, _MAX_MESSAGE, 3)
     if not data:
         return None, []
-    try:
-        request = json.loads(data)
-    except ValueError:
-        request = None
-    if not isinstance(request, dict):
+    request = decode(data)
+    if request is None:
         for fd in fds:
             os.close(fd)
         os._exit(70)  # the host is broken
-    return request, list(fds)
+    return request, fds
 
 
 def _fork(
