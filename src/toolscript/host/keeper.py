@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..kernel.keeper import BOARD, SLOT, SLOT_SIZE, SLOTS
 from .command import BOOTSTRAP, KERNEL_DIR, template_command
+from .pids import ended
 from .template import Forked, TemplateError, read_messages
 
 if TYPE_CHECKING:
@@ -341,7 +342,7 @@ class Keeper:
         await self.close()
         if pidfd is not None:
             try:
-                await asyncio.wait_for(_readable(pidfd), EXIT_WAIT)
+                await asyncio.wait_for(ended(pidfd), EXIT_WAIT)
             except TimeoutError:
                 pass
             finally:
@@ -453,18 +454,3 @@ async def _start(
             said = log.read_text(errors="replace")[-800:].strip()
         raise KeeperError(f"the keeper did not start{'; it said: ' + said if said else ''}")
     return process
-
-
-async def _readable(fd: int) -> None:
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(fd, readable)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(fd)

@@ -15,7 +15,6 @@ import contextlib
 import itertools
 import json
 import os
-import signal
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..kernel.control import decode, receive
 from .command import KERNEL_DIR, kernel_command, template_command
-from .pids import children, pidfds
+from .pids import ended, kill_tree
 
 if TYPE_CHECKING:
     import subprocess
@@ -265,16 +264,11 @@ class Template:
         # In a sandbox, the process we started is bubblewrap's monitor; the sandbox's own
         # PID 1 ends only after it, and everything in the sandbox only after that PID 1:
         # held by a pidfd, it is waited for too, so nothing is left running on return.
-        inner = pidfds(children(self._process.pid))
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._process.pid, signal.SIGKILL)
-        for pidfd in inner:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        inner = kill_tree(self._process.pid)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._process.wait(), 2.0)
         try:
-            await asyncio.wait_for(_ended(inner), 2.0)
+            await asyncio.wait_for(_all_ended(inner), 2.0)
         except TimeoutError:
             pass
         finally:
@@ -361,21 +355,10 @@ def read_messages(
         handle(message)
 
 
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-async def _ended(pidfds: list[int]) -> None:
+async def _all_ended(pidfds: list[int]) -> None:
     """Wait until every process the pidfds refer to has ended."""
-    loop = asyncio.get_running_loop()
     for pidfd in pidfds:
-        ended: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(pidfd, _settle, ended)
-        try:
-            await ended
-        finally:
-            loop.remove_reader(pidfd)
+        await ended(pidfd)
 
 
 def _fd_bytes(fds: list[int]) -> bytes:
@@ -411,19 +394,13 @@ class Adopted:
         code = self._popen.poll()
         if code is not None:
             return code
-        loop = asyncio.get_running_loop()
         try:
             pidfd = os.pidfd_open(self.pid)
         except OSError:
             return self._popen.wait()
         try:
             while (code := self._popen.poll()) is None:
-                ended: asyncio.Future[None] = loop.create_future()
-                loop.add_reader(pidfd, _settle, ended)
-                try:
-                    await ended
-                finally:
-                    loop.remove_reader(pidfd)
+                await ended(pidfd)
             return code
         finally:
             os.close(pidfd)
