@@ -201,12 +201,8 @@ def _become_sandboxed_kernel(
     locks itself down before it serves (see `toolscript.kernel.init`)."""
     from . import confine, init
 
-    os.setsid()
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    control.close()
-    for fd in (*wake, _own_pid_namespace, _selector_fd, *_status_pipes.values()):
-        os.close(fd)  # the status pipes are of the template's other children
+    # The status pipes are of the template's other children.
+    _leave_template(control, (*wake, _own_pid_namespace, _selector_fd, *_status_pipes.values()))
     init_socket = init.become_init(sandbox, request, status, [channel, out, err])
     os.setsid()  # the kernel leads its own session, as an unconfined one does
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -220,6 +216,17 @@ def _become_sandboxed_kernel(
     kernel.kept = _kept
     import_preload(request.get("preload", []))
     kernel.serve()
+
+
+def _leave_template(control: socket.socket, fds: tuple[int, ...]) -> None:
+    """In a forked child: lead a session of its own, and let go of what was the template's:
+    its wake-up descriptor and SIGCHLD handler, its control socket, and `fds`."""
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    control.close()
+    for fd in fds:
+        os.close(fd)
 
 
 def _take_output_and_environment(out: int, err: int, request: dict[str, Any]) -> None:
@@ -242,13 +249,8 @@ def _become_kernel(
     err: int,
     wake: tuple[int, int],
 ) -> None:
-    os.setsid()
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _leave_template(control, (*wake, _selector_fd))
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    control.close()
-    for fd in (*wake, _selector_fd):
-        os.close(fd)
     if _kept:
         from .keeper import die_with_parent
 
