@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..kernel.keeper import BOARD, SLOT, SLOT_SIZE, SLOTS
 from .command import BOOTSTRAP, KERNEL_DIR, template_command
 from .pids import ended
-from .template import Forked, TemplateError, read_messages
+from .template import Forked, TemplateError, fail_waiting, read_messages, unsafe_threads
 
 if TYPE_CHECKING:
     from .sandbox import Sandbox
@@ -203,11 +203,9 @@ class Keeper:
             self.template_failure = str(ready["error"])
         self.preloaded = [str(name) for name in ready.get("preloaded", [])]
         self.preload_failures = [(str(a), str(b)) for a, b in ready.get("failures", [])]
-        if ready.get("threads"):
-            self.template_failure = (
-                "importing the preload modules started Python threads "
-                f"({', '.join(map(str, ready['threads']))}), so forking from it is not safe"
-            )
+        unsafe = unsafe_threads(ready)
+        if unsafe is not None:
+            self.template_failure = unsafe
 
     def _map_board(self, path: Path) -> None:
         descriptor = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -324,7 +322,7 @@ class Keeper:
         with contextlib.suppress(Exception):
             self._loop.remove_reader(self._connection.fileno())
         self._connection.close()
-        self._fail_waiters("the host detached from the keeper")
+        fail_waiting(self._waiting, "the host detached from the keeper")
         if self._board is not None:
             self._board.close()
             self._board = None
@@ -398,13 +396,7 @@ class Keeper:
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(self._connection.fileno())
             self._connection.close()
-        self._fail_waiters("the keeper exited")
-
-    def _fail_waiters(self, reason: str) -> None:
-        for waiter in self._waiting.values():
-            if not waiter.done():
-                waiter.set_result({"error": reason})
-        self._waiting.clear()
+        fail_waiting(self._waiting, "the keeper exited")
 
 
 def _connect(path: Path) -> socket.socket | None:

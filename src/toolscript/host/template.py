@@ -35,9 +35,11 @@ __all__ = [
     "Forked",
     "Template",
     "TemplateError",
+    "fail_waiting",
     "kernel_command",
     "read_messages",
     "template_command",
+    "unsafe_threads",
 ]
 
 _MAX_MESSAGE = 1 << 16
@@ -174,12 +176,10 @@ class Template:
         except BaseException:  # cancelled while it started: nobody else would end it
             await asyncio.shield(template.close())
             raise
-        if ready.get("threads"):
+        unsafe = unsafe_threads(ready)
+        if unsafe is not None:
             await template.close()
-            raise TemplateError(
-                "importing the preload modules started Python threads "
-                f"({', '.join(map(str, ready['threads']))}), so forking from it is not safe"
-            )
+            raise TemplateError(unsafe)
         template.preloaded = [str(name) for name in ready.get("preloaded", [])]
         template.preload_failures = [
             (str(item[0]), str(item[1])) for item in ready.get("failures", [])
@@ -274,7 +274,7 @@ class Template:
         finally:
             for pidfd in inner:
                 os.close(pidfd)
-        self._fail_waiters("the template was closed")
+        fail_waiting(self._waiting, "the template was closed")
 
     def _readable(self) -> None:
         read_messages(self._control, _MAX_MESSAGE, 1, self._handle, self._gone)
@@ -307,13 +307,7 @@ class Template:
             self._control.close()
         if not self._ready.done():
             self._ready.set_exception(TemplateError("the template exited during start-up"))
-        self._fail_waiters("the template exited")
-
-    def _fail_waiters(self, reason: str) -> None:
-        for waiter in self._waiting.values():
-            if not waiter.done():
-                waiter.set_result({"error": reason})
-        self._waiting.clear()
+        fail_waiting(self._waiting, "the template exited")
 
     async def _stderr_tail(self) -> str:
         stream = self._process.stderr
@@ -325,6 +319,24 @@ class Template:
             if text:
                 return f"; it said: {text[-800:]}"
         return ""
+
+
+def unsafe_threads(ready: dict[str, Any]) -> str | None:
+    """Why forking from a template is not safe, by its `ready` message; None when it is."""
+    if not ready.get("threads"):
+        return None
+    return (
+        "importing the preload modules started Python threads "
+        f"({', '.join(map(str, ready['threads']))}), so forking from it is not safe"
+    )
+
+
+def fail_waiting(waiting: dict[Any, asyncio.Future[dict[str, Any]]], reason: str) -> None:
+    """Answer each request still waiting for its answer with `{"error": reason}`."""
+    for waiter in waiting.values():
+        if not waiter.done():
+            waiter.set_result({"error": reason})
+    waiting.clear()
 
 
 def read_messages(
