@@ -137,7 +137,6 @@ def _fork(
             os.close(fd)
         _send(control, {"t": "forked", "id": request.get("id"), "error": "expected 3 fds"})
         return
-    channel, out, err = fds
     status_read, status_write = os.pipe() if _sandbox is not None else (-1, -1)
     try:
         if _sandbox is not None:
@@ -156,11 +155,9 @@ def _fork(
         try:
             if _sandbox is not None:
                 os.close(status_read)
-                _become_sandboxed_kernel(
-                    control, request, channel, out, err, wake, status_write, _sandbox
-                )
+                _become_sandboxed_kernel(control, request, fds, wake, status_write, _sandbox)
             else:
-                _become_kernel(control, request, channel, out, err, wake)
+                _become_kernel(control, request, fds, wake)
         finally:
             os._exit(70)
     _restore_pid_namespace()
@@ -190,20 +187,20 @@ def _restore_pid_namespace() -> None:
 def _become_sandboxed_kernel(
     control: socket.socket,
     request: dict[str, Any],
-    channel: int,
-    out: int,
-    err: int,
+    kernel_fds: list[int],
     wake: tuple[int, int],
     status: int,
     sandbox: dict[str, Any],
 ) -> None:
     """PID 1 of a new PID namespace: become its init, and in the init's child, a kernel that
-    locks itself down before it serves (see `toolscript.kernel.init`)."""
+    locks itself down before it serves (see `toolscript.kernel.init`). `kernel_fds`: the
+    kernel's channel, stdout and stderr."""
     from . import confine, init
 
+    channel, out, err = kernel_fds
     # The status pipes are of the template's other children.
     _leave_template(control, (*wake, _own_pid_namespace, _selector_fd, *_status_pipes.values()))
-    init_socket = init.become_init(sandbox, request, status, [channel, out, err])
+    init_socket = init.become_init(sandbox, request, status, kernel_fds)
     os.setsid()  # the kernel leads its own session, as an unconfined one does
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _take_output_and_environment(out, err, request)
@@ -244,11 +241,10 @@ def _take_output_and_environment(out: int, err: int, request: dict[str, Any]) ->
 def _become_kernel(
     control: socket.socket,
     request: dict[str, Any],
-    channel: int,
-    out: int,
-    err: int,
+    kernel_fds: list[int],
     wake: tuple[int, int],
 ) -> None:
+    channel, out, err = kernel_fds
     _leave_template(control, (*wake, _selector_fd))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if _kept:
