@@ -21,7 +21,8 @@ IMAGE_TYPES = frozenset(("image/png", "image/jpeg", "image/gif", "image/webp"))
 
 
 class ScriptImage(Media):
-    """An image the script showed (`show(...)` in the script): its `mime_type` and `data`."""
+    """An image the script showed (`show(...)` in the script): its `mime_type`, `data` (its
+    bytes) and `size`."""
 
     __slots__ = ()
 
