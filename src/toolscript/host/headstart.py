@@ -25,7 +25,6 @@ import contextlib
 import os
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from pathlib import Path
 
 from .command import template_command
 from .environment import interpreter_environment
-from .pids import children, pidfds
+from .pids import kill_tree
 from .sandbox import Mount, Sandbox, prepare_remembered
 from .state import state_dir
 
@@ -59,12 +58,7 @@ class HeadStart:
         # The sandbox's own processes are in a session of their own (bubblewrap's
         # --new-session) and end only after bubblewrap: held by pidfds, they are killed and
         # waited for too, so nothing is left running on return.
-        inner = pidfds(children(self.process.pid))
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        for pidfd in inner:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        inner = kill_tree(self.process.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(2.0)
         for pidfd in inner:

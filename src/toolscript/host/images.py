@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
 
 from ..kernel import wire
+from ..kernel.content import Media
 
 __all__ = ["IMAGE_TYPES", "ImageTray", "ScriptImage"]
 
@@ -20,20 +20,11 @@ IMAGE_TYPES = frozenset(("image/png", "image/jpeg", "image/gif", "image/webp"))
 """The MIME types a script can show: those that MCP clients and model APIs take."""
 
 
-@dataclass(frozen=True, slots=True, repr=False)
-class ScriptImage:
-    """An image the script showed (`show(...)` in the script): its `mime_type` and `data`."""
+class ScriptImage(Media):
+    """An image the script showed (`show(...)` in the script): its `mime_type`, `data` (its
+    bytes) and `size`."""
 
-    mime_type: str
-    data: bytes
-
-    @property
-    def size(self) -> int:
-        """Its size in bytes."""
-        return len(self.data)
-
-    def __repr__(self) -> str:
-        return f"<ScriptImage {self.mime_type} {self.size:,} bytes>"
+    __slots__ = ()
 
 
 class ImageTray:

@@ -9,7 +9,6 @@ a keeper does: `held` (what a host before this one left), `take`, `note` and `fo
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
 import fcntl
@@ -26,13 +25,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..kernel.keeper import BOARD, SLOT, SLOT_SIZE, SLOTS
 from .command import BOOTSTRAP, KERNEL_DIR, template_command
-from .template import Forked, TemplateError
+from .pids import ended
+from .template import Forked, TemplateError, fail_waiting, read_messages, unsafe_threads
 
 if TYPE_CHECKING:
     from .sandbox import Sandbox
 
 SOCKET_NAME = "keeper.sock"
 """The keeper's socket, in the state directory."""
+
+_MAX_MESSAGE = 1 << 20
+"""The longest message the keeper sends."""
 
 EXIT_WAIT = 3.0
 """Seconds a closing host waits for a keeper that holds nothing to exit."""
@@ -200,11 +203,9 @@ class Keeper:
             self.template_failure = str(ready["error"])
         self.preloaded = [str(name) for name in ready.get("preloaded", [])]
         self.preload_failures = [(str(a), str(b)) for a, b in ready.get("failures", [])]
-        if ready.get("threads"):
-            self.template_failure = (
-                "importing the preload modules started Python threads "
-                f"({', '.join(map(str, ready['threads']))}), so forking from it is not safe"
-            )
+        unsafe = unsafe_threads(ready)
+        if unsafe is not None:
+            self.template_failure = unsafe
 
     def _map_board(self, path: Path) -> None:
         descriptor = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -321,7 +322,7 @@ class Keeper:
         with contextlib.suppress(Exception):
             self._loop.remove_reader(self._connection.fileno())
         self._connection.close()
-        self._fail_waiters("the host detached from the keeper")
+        fail_waiting(self._waiting, "the host detached from the keeper")
         if self._board is not None:
             self._board.close()
             self._board = None
@@ -339,7 +340,7 @@ class Keeper:
         await self.close()
         if pidfd is not None:
             try:
-                await asyncio.wait_for(_readable(pidfd), EXIT_WAIT)
+                await asyncio.wait_for(ended(pidfd), EXIT_WAIT)
             except TimeoutError:
                 pass
             finally:
@@ -365,25 +366,7 @@ class Keeper:
             self._waiting.pop(key, None)
 
     def _readable(self) -> None:
-        while True:
-            try:
-                data, fds = _receive(self._connection)
-            except BlockingIOError:
-                return
-            except OSError:
-                data, fds = b"", []
-            try:
-                message = json.loads(data) if data else None
-            except ValueError:
-                message = None
-            if not isinstance(message, dict):
-                for fd in fds:
-                    os.close(fd)
-                self._gone()
-                return
-            if fds:
-                message["_fds"] = fds
-            self._handle(message)
+        read_messages(self._connection, _MAX_MESSAGE, 8, self._handle, self._gone)
 
     def _handle(self, message: dict[str, Any]) -> None:
         kind = message.get("t")
@@ -413,13 +396,7 @@ class Keeper:
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(self._connection.fileno())
             self._connection.close()
-        self._fail_waiters("the keeper exited")
-
-    def _fail_waiters(self, reason: str) -> None:
-        for waiter in self._waiting.values():
-            if not waiter.done():
-                waiter.set_result({"error": reason})
-        self._waiting.clear()
+        fail_waiting(self._waiting, "the keeper exited")
 
 
 def _connect(path: Path) -> socket.socket | None:
@@ -469,29 +446,3 @@ async def _start(
             said = log.read_text(errors="replace")[-800:].strip()
         raise KeeperError(f"the keeper did not start{'; it said: ' + said if said else ''}")
     return process
-
-
-def _receive(connection: socket.socket) -> tuple[bytes, list[int]]:
-    fds = array.array("i")
-    data, ancillary, _flags, _address = connection.recvmsg(
-        1 << 20, socket.CMSG_SPACE(8 * fds.itemsize)
-    )
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-    return data, list(fds)
-
-
-async def _readable(fd: int) -> None:
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(fd, readable)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(fd)

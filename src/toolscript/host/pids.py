@@ -1,10 +1,12 @@
-"""Processes as the host finds them: a process's children (from /proc), and pidfds that say
-when each has ended. Standard library only, and no asyncio (the head start uses it too)."""
+"""Processes as the host finds them: a process's children (from /proc), pidfds that say when
+each has ended, and the end of a process tree. Standard library only, and asyncio only once
+an event loop runs (the head start uses this module before one exists)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 
 
 def children(pid: int) -> list[int]:
@@ -23,3 +25,34 @@ def pidfds(pids: list[int]) -> list[int]:
         with contextlib.suppress(OSError):
             opened.append(os.pidfd_open(pid))
     return opened
+
+
+def kill_tree(pid: int) -> list[int]:
+    """SIGKILL the process group `pid` leads and each of `pid`'s children, even those in a
+    session of their own (a sandbox's PID 1 under bubblewrap); a pidfd for each child, to
+    wait for its end (the caller closes them)."""
+    inner = pidfds(children(pid))
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    for pidfd in inner:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    return inner
+
+
+async def ended(pidfd: int) -> None:
+    """Wait until the process `pidfd` refers to has ended (its pidfd turns readable)."""
+    import asyncio  # here, not above: the head start imports this module before asyncio
+
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(pidfd, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(pidfd)

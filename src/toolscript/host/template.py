@@ -15,15 +15,15 @@ import contextlib
 import itertools
 import json
 import os
-import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..kernel.control import decode, receive
 from .command import KERNEL_DIR, kernel_command, template_command
-from .pids import children, pidfds
+from .pids import ended, kill_tree
 
 if TYPE_CHECKING:
     import subprocess
@@ -35,9 +35,15 @@ __all__ = [
     "Forked",
     "Template",
     "TemplateError",
+    "fail_waiting",
     "kernel_command",
+    "read_messages",
     "template_command",
+    "unsafe_threads",
 ]
+
+_MAX_MESSAGE = 1 << 16
+"""The longest message the template sends."""
 
 
 class TemplateError(Exception):
@@ -170,12 +176,10 @@ class Template:
         except BaseException:  # cancelled while it started: nobody else would end it
             await asyncio.shield(template.close())
             raise
-        if ready.get("threads"):
+        unsafe = unsafe_threads(ready)
+        if unsafe is not None:
             await template.close()
-            raise TemplateError(
-                "importing the preload modules started Python threads "
-                f"({', '.join(map(str, ready['threads']))}), so forking from it is not safe"
-            )
+            raise TemplateError(unsafe)
         template.preloaded = [str(name) for name in ready.get("preloaded", [])]
         template.preload_failures = [
             (str(item[0]), str(item[1])) for item in ready.get("failures", [])
@@ -260,55 +264,20 @@ class Template:
         # In a sandbox, the process we started is bubblewrap's monitor; the sandbox's own
         # PID 1 ends only after it, and everything in the sandbox only after that PID 1:
         # held by a pidfd, it is waited for too, so nothing is left running on return.
-        inner = pidfds(children(self._process.pid))
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._process.pid, signal.SIGKILL)
-        for pidfd in inner:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        inner = kill_tree(self._process.pid)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._process.wait(), 2.0)
         try:
-            await asyncio.wait_for(_ended(inner), 2.0)
+            await asyncio.wait_for(_all_ended(inner), 2.0)
         except TimeoutError:
             pass
         finally:
             for pidfd in inner:
                 os.close(pidfd)
-        self._fail_waiters("the template was closed")
+        fail_waiting(self._waiting, "the template was closed")
 
     def _readable(self) -> None:
-        fds = array.array("i")
-        while True:
-            try:
-                data, ancillary, _flags, _address = self._control.recvmsg(
-                    65536, socket.CMSG_SPACE(fds.itemsize)
-                )
-            except BlockingIOError:
-                return
-            except OSError:
-                data, ancillary = b"", []
-            received: list[int] = []
-            for level, kind, payload in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds = array.array("i")
-                    fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-                    received.extend(fds)
-            if not data:
-                for fd in received:
-                    os.close(fd)
-                self._gone()
-                return
-            try:
-                message = json.loads(data)
-            except ValueError:
-                for fd in received:
-                    os.close(fd)
-                self._gone()
-                return
-            if received:
-                message["_fds"] = received
-            self._handle(message)
+        read_messages(self._control, _MAX_MESSAGE, 1, self._handle, self._gone)
 
     def _handle(self, message: dict[str, Any]) -> None:
         kind = message.get("t")
@@ -338,13 +307,7 @@ class Template:
             self._control.close()
         if not self._ready.done():
             self._ready.set_exception(TemplateError("the template exited during start-up"))
-        self._fail_waiters("the template exited")
-
-    def _fail_waiters(self, reason: str) -> None:
-        for waiter in self._waiting.values():
-            if not waiter.done():
-                waiter.set_result({"error": reason})
-        self._waiting.clear()
+        fail_waiting(self._waiting, "the template exited")
 
     async def _stderr_tail(self) -> str:
         stream = self._process.stderr
@@ -358,21 +321,56 @@ class Template:
         return ""
 
 
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+def unsafe_threads(ready: dict[str, Any]) -> str | None:
+    """Why forking from a template is not safe, by its `ready` message; None when it is."""
+    if not ready.get("threads"):
+        return None
+    return (
+        "importing the preload modules started Python threads "
+        f"({', '.join(map(str, ready['threads']))}), so forking from it is not safe"
+    )
 
 
-async def _ended(pidfds: list[int]) -> None:
-    """Wait until every process the pidfds refer to has ended."""
-    loop = asyncio.get_running_loop()
-    for pidfd in pidfds:
-        ended: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(pidfd, _settle, ended)
+def fail_waiting(waiting: dict[Any, asyncio.Future[dict[str, Any]]], reason: str) -> None:
+    """Answer each request still waiting for its answer with `{"error": reason}`."""
+    for waiter in waiting.values():
+        if not waiter.done():
+            waiter.set_result({"error": reason})
+    waiting.clear()
+
+
+def read_messages(
+    sock: socket.socket,
+    size: int,
+    most_fds: int,
+    handle: Callable[[dict[str, Any]], None],
+    gone: Callable[[], None],
+) -> None:
+    """Hand each control message waiting on `sock` to `handle`, with the descriptors passed
+    along it in `"_fds"`; call `gone` instead, once, when the other end has gone or sent
+    what is not a message (see `toolscript.kernel.control`)."""
+    while True:
         try:
-            await ended
-        finally:
-            loop.remove_reader(pidfd)
+            data, fds = receive(sock, size, most_fds)
+        except BlockingIOError:
+            return
+        except OSError:
+            data, fds = b"", []
+        message = decode(data)
+        if message is None:
+            for fd in fds:
+                os.close(fd)
+            gone()
+            return
+        if fds:
+            message["_fds"] = fds
+        handle(message)
+
+
+async def _all_ended(pidfds: list[int]) -> None:
+    """Wait until every process the pidfds refer to has ended."""
+    for pidfd in pidfds:
+        await ended(pidfd)
 
 
 def _fd_bytes(fds: list[int]) -> bytes:
@@ -408,19 +406,13 @@ class Adopted:
         code = self._popen.poll()
         if code is not None:
             return code
-        loop = asyncio.get_running_loop()
         try:
             pidfd = os.pidfd_open(self.pid)
         except OSError:
             return self._popen.wait()
         try:
             while (code := self._popen.poll()) is None:
-                ended: asyncio.Future[None] = loop.create_future()
-                loop.add_reader(pidfd, _settle, ended)
-                try:
-                    await ended
-                finally:
-                    loop.remove_reader(pidfd)
+                await ended(pidfd)
             return code
         finally:
             os.close(pidfd)

@@ -214,6 +214,18 @@ _DENIED = [
     "uselib",
 ]
 
+# The new mount API's calls came after Linux 5.1, since when a call has one number on every
+# architecture.
+_NEW_MOUNT_API = {
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+    "mount_setattr": 442,
+}
+
 _NUMBERS: dict[str, dict[str, int]] = {
     "x86_64": {
         "ptrace": 101,
@@ -249,13 +261,7 @@ _NUMBERS: dict[str, dict[str, int]] = {
         "clock_adjtime": 305,
         "adjtimex": 159,
         "vhangup": 153,
-        "open_tree": 428,
-        "move_mount": 429,
-        "fsopen": 430,
-        "fsconfig": 431,
-        "fsmount": 432,
-        "fspick": 433,
-        "mount_setattr": 442,
+        **_NEW_MOUNT_API,
         "iopl": 172,
         "ioperm": 173,
         "uselib": 134,
@@ -296,13 +302,7 @@ _NUMBERS: dict[str, dict[str, int]] = {
         "clock_adjtime": 266,
         "adjtimex": 171,
         "vhangup": 58,
-        "open_tree": 428,
-        "move_mount": 429,
-        "fsopen": 430,
-        "fsconfig": 431,
-        "fsmount": 432,
-        "fspick": 433,
-        "mount_setattr": 442,
+        **_NEW_MOUNT_API,
         "clone": 220,
         "clone3": 435,
     },

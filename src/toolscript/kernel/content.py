@@ -17,7 +17,10 @@ MARKER = "$toolscript"
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class _Media:
+class Media:
+    """Bytes of one MIME type: `mime_type`, `data` and `size`. The kinds below, and the
+    host's images a script showed, are each one."""
+
     mime_type: str
     data: bytes
 
@@ -30,13 +33,13 @@ class _Media:
         return f"<{type(self).__name__} {self.mime_type} {self.size:,} bytes>"
 
 
-class Image(_Media):
+class Image(Media):
     """An image a tool returned: `mime_type`, `data` (its bytes) and `size`."""
 
     __slots__ = ()
 
 
-class Audio(_Media):
+class Audio(Media):
     """An audio clip a tool returned: `mime_type`, `data` (its bytes) and `size`."""
 
     __slots__ = ()

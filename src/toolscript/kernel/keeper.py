@@ -53,7 +53,6 @@ it (one file of the standard library, which the host starts as `toolscript_kerne
 
 from __future__ import annotations
 
-import array
 import ctypes
 import json
 import mmap
@@ -67,6 +66,8 @@ import subprocess
 import sys
 import time
 from typing import Any
+
+from .control import decode, receive
 
 BOARD = "keeper.board"
 """The file of slots, in the state directory, beside the socket."""
@@ -188,7 +189,7 @@ class Keeper:
         except OSError:
             data = b""
         ours.settimeout(None)
-        message = _decode(data)
+        message = decode(data)
         if message is None or message.get("t") != "ready":
             self.template_ready = {"error": "the template exited during start-up"}
             return
@@ -300,7 +301,7 @@ class Keeper:
             body = waiting[at + 4 : at + 4 + size]
             if len(body) < size:
                 break
-            frame = _decode(body)
+            frame = decode(body)
             if frame is not None and frame.get("t") == "done" and frame.get("script") == script:
                 return frame
             at += 4 + size
@@ -347,7 +348,7 @@ class Keeper:
                 return
             except OSError:
                 data = b""
-            message = _decode(data) if data else None
+            message = decode(data) if data else None
             if message is None:
                 self.detach()
                 return
@@ -418,10 +419,10 @@ class Keeper:
     def from_template(self, control: Any) -> None:
         while True:
             try:
-                data, fds = _receive(control)
+                data, fds = receive(control, _MAX_MESSAGE, 8)
             except BlockingIOError:
                 return
-            message = _decode(data) if data else None
+            message = decode(data) if data else None
             if message is None:
                 self.template_gone()
                 return
@@ -525,25 +526,6 @@ def main(argv: list[str]) -> None:
         keeper.serve()
     finally:
         keeper.close()
-
-
-def _decode(data: bytes) -> dict[str, Any] | None:
-    try:
-        message = json.loads(data)
-    except ValueError:
-        return None
-    return message if isinstance(message, dict) else None
-
-
-def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
-    fds = array.array("i")
-    data, ancillary, _flags, _address = sock.recvmsg(
-        _MAX_MESSAGE, socket.CMSG_SPACE(8 * fds.itemsize)
-    )
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-    return data, list(fds)
 
 
 def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> bool:

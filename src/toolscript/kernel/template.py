@@ -35,6 +35,7 @@ import threading
 from typing import Any
 
 from .__main__ import apply_limits, close_inherited, import_preload
+from .control import decode, receive
 
 _MAX_MESSAGE = 1 << 16
 _CLONE_NEWPID = 0x20000000
@@ -122,24 +123,15 @@ def main(argv: list[str]) -> None:
 
 
 def _receive(control: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    fds = array.array("i")
-    data, ancillary, _flags, _address = control.recvmsg(
-        _MAX_MESSAGE, socket.CMSG_SPACE(3 * fds.itemsize)
-    )
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+    data, fds = receive(control, _MAX_MESSAGE, 3)
     if not data:
         return None, []
-    try:
-        request = json.loads(data)
-    except ValueError:
-        request = None
-    if not isinstance(request, dict):
+    request = decode(data)
+    if request is None:
         for fd in fds:
             os.close(fd)
         os._exit(70)  # the host is broken
-    return request, list(fds)
+    return request, fds
 
 
 def _fork(
@@ -150,7 +142,6 @@ def _fork(
             os.close(fd)
         _send(control, {"t": "forked", "id": request.get("id"), "error": "expected 3 fds"})
         return
-    channel, out, err = fds
     status_read, status_write = os.pipe() if _sandbox is not None else (-1, -1)
     try:
         if _sandbox is not None:
@@ -169,11 +160,9 @@ def _fork(
         try:
             if _sandbox is not None:
                 os.close(status_read)
-                _become_sandboxed_kernel(
-                    control, request, channel, out, err, wake, status_write, _sandbox
-                )
+                _become_sandboxed_kernel(control, request, fds, wake, status_write, _sandbox)
             else:
-                _become_kernel(control, request, channel, out, err, wake)
+                _become_kernel(control, request, fds, wake)
         finally:
             os._exit(70)
     _restore_pid_namespace()
@@ -203,24 +192,20 @@ def _restore_pid_namespace() -> None:
 def _become_sandboxed_kernel(
     control: socket.socket,
     request: dict[str, Any],
-    channel: int,
-    out: int,
-    err: int,
+    kernel_fds: list[int],
     wake: tuple[int, int],
     status: int,
     sandbox: dict[str, Any],
 ) -> None:
     """PID 1 of a new PID namespace: become its init, and in the init's child, a kernel that
-    locks itself down before it serves (see `toolscript.kernel.init`)."""
+    locks itself down before it serves (see `toolscript.kernel.init`). `kernel_fds`: the
+    kernel's channel, stdout and stderr."""
     from . import confine, init
 
-    os.setsid()
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    control.close()
-    for fd in (*wake, _own_pid_namespace, _selector_fd, *_status_pipes.values()):
-        os.close(fd)  # the status pipes are of the template's other children
-    init_socket = init.become_init(sandbox, request, status, [channel, out, err])
+    channel, out, err = kernel_fds
+    # The status pipes are of the template's other children.
+    _leave_template(control, (*wake, _own_pid_namespace, _selector_fd, *_status_pipes.values()))
+    init_socket = init.become_init(sandbox, request, status, kernel_fds)
     os.setsid()  # the kernel leads its own session, as an unconfined one does
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _take_output_and_environment(out, err, request)
@@ -233,6 +218,17 @@ def _become_sandboxed_kernel(
     kernel.kept = _kept
     import_preload(request.get("preload", []))
     kernel.serve()
+
+
+def _leave_template(control: socket.socket, fds: tuple[int, ...]) -> None:
+    """In a forked child: lead a session of its own, and let go of what was the template's:
+    its wake-up descriptor and SIGCHLD handler, its control socket, and `fds`."""
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    control.close()
+    for fd in fds:
+        os.close(fd)
 
 
 def _take_output_and_environment(out: int, err: int, request: dict[str, Any]) -> None:
@@ -250,18 +246,12 @@ def _take_output_and_environment(out: int, err: int, request: dict[str, Any]) ->
 def _become_kernel(
     control: socket.socket,
     request: dict[str, Any],
-    channel: int,
-    out: int,
-    err: int,
+    kernel_fds: list[int],
     wake: tuple[int, int],
 ) -> None:
-    os.setsid()
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    channel, out, err = kernel_fds
+    _leave_template(control, (*wake, _selector_fd))
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    control.close()
-    for fd in (*wake, _selector_fd):
-        os.close(fd)
     if _kept:
         from .keeper import die_with_parent
 
