@@ -28,16 +28,22 @@ def forget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sandbox, "_probed", {})
 
 
-async def test_a_success_is_remembered_and_not_checked_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    checks: list[str] = []
+@pytest.fixture
+def checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sandbox checks made, each passing, one "checked" apiece."""
+    made: list[str] = []
 
     async def probe(_: sandbox.Sandbox) -> str | None:
-        checks.append("checked")
+        made.append("checked")
         return None
 
     monkeypatch.setattr(sandbox, "_probe", probe)
+    return made
+
+
+async def test_a_success_is_remembered_and_not_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checks: list[str]
+) -> None:
     cache = tmp_path / "state" / "sandbox-checks"
     await sandbox._try(a_sandbox(tmp_path), cache)
     assert checks == ["checked"] and cache.exists()
@@ -73,15 +79,8 @@ async def test_a_remembered_success_of_another_machine_state_is_checked_again(
 
 
 async def test_successes_of_two_installs_sharing_a_state_folder_are_both_remembered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checks: list[str]
 ) -> None:
-    checks: list[str] = []
-
-    async def probe(_: sandbox.Sandbox) -> str | None:
-        checks.append("checked")
-        return None
-
-    monkeypatch.setattr(sandbox, "_probe", probe)
     cache = tmp_path / "state" / "sandbox-checks"
     fingerprints = iter(["['install a']", "['install b']", "['install a']", "['install b']"])
     monkeypatch.setattr(sandbox, "_fingerprint", lambda _: next(fingerprints))
