@@ -300,14 +300,15 @@ class CallLedger:
                 if host_cause == "in_doubt":
                     self._journal.mark_in_doubt([call.id])
             return
-        self.answered_all([(n, is_error, value)])
+        self.answered_all([(n, is_error, value, None)])
 
-    def answered_all(self, answers: Iterable[tuple[int, bool, Any]]) -> None:
-        """Handlers answered: `(n, is_error, value)` each, journaled together."""
+    def answered_all(self, answers: Iterable[tuple[int, bool, Any, bytes | None]]) -> None:
+        """Handlers answered: `(n, is_error, value, frame)` each, journaled together; `frame`
+        is the answer as sent to the kernel (kept by the journal until the code has seen it)."""
         now = time.time()
         rows: list[AnswerRow] = []
         calls = self._calls
-        for n, is_error, value in answers:
+        for n, is_error, value, frame in answers:
             call = calls.get(n)
             if call is None:
                 continue
@@ -315,7 +316,7 @@ class CallLedger:
             call.answer_sent = True
             call.is_error = is_error
             call.answer_brief = text = brief(value)
-            rows.append((call.id, now, is_error, text))
+            rows.append((call.id, now, is_error, text, frame))
             if call.folded:
                 del calls[n]
         if rows:

@@ -18,7 +18,7 @@ from ..tools.spec import CallIdentity, current_call
 from . import codec
 from .calls import CallLedger
 from .catalogue import Answer, ToolCatalogue, Waiting
-from .journal import JournalCall
+from .journal import TakenCall
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -82,7 +82,7 @@ class Dispatcher:
     #   key; any other is answered `ToolError` with cause `in_doubt`, and the journal and the
     #   result keep it uncertain.
 
-    def recover(self, frames: list[dict[str, Any]], journaled: Mapping[str, JournalCall]) -> None:
+    def recover(self, frames: list[dict[str, Any]], journaled: Mapping[str, TakenCall]) -> None:
         """Answer the calls a kernel taken back from a keeper still waits on (`frames`, as it
         sent them again), given what the journal holds of them, by call id."""
         todo: list[_Todo] = []
@@ -95,8 +95,8 @@ class Dispatcher:
                 self.channel.send(Answer("refused", message=problem).to_frame(n))
             elif before is None:
                 todo.append((n, key, args, (call.id, call.script, False)))
-            elif before.answered_at is not None:
-                said = before.answer_brief or ""
+            elif before.call.answered_at is not None:
+                said = before.call.answer_brief or ""
                 message = (
                     f"{key}: the tool ran and answered, but the host restarted before the answer "
                     f"reached the script; the journal kept only this much of it: {said}"
@@ -200,8 +200,8 @@ class Dispatcher:
             answers[i] = (n, answer)
             frames.append(encode(answer.to_frame(n)))
         self.ledger.answered_all(
-            (n, answer.kind != "value", answer.value)
-            for n, answer in answers
+            (n, answer.kind != "value", answer.value, frame)
+            for (n, answer), frame in zip(answers, frames, strict=True)
             if answer.kind not in _HOST_CAUSES
         )
         for n, answer in answers:
