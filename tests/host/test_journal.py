@@ -716,6 +716,21 @@ def test_an_answer_over_the_bound_is_kept_only_by_its_start(tmp_path: Path) -> N
     assert taken["over-it"].call.answer_brief == "'y...'"
 
 
+def test_a_call_answered_by_a_host_that_is_gone_is_settled_by_the_host_that_took_it_over(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        journal.record_calls([start("c-1")])
+        journal.record_answers([CallAnswer("c-1", NOW + 1, False, "'a'", b"frame")])
+    with Journal.open(path) as journal:
+        journal.take_over_calls(["c-1"])
+        journal.settle_calls([CallFate("c-1", "seen", None)])
+        [call] = journal.calls()
+        assert (call.fate, call.answered_at, call.answer_brief) == ("seen", NOW + 1, "'a'")
+        assert journal.take_over_calls(["c-1"])["c-1"].answer_frame is None
+
+
 def test_a_journal_written_before_answers_were_kept_gains_the_column_when_opened(
     tmp_path: Path,
 ) -> None:

@@ -291,8 +291,9 @@ class Journal(_ServeRecords, _WriteBehind):
     def take_over_calls(self, call_ids: Iterable[str]) -> dict[str, TakenCall]:
         """What the journal holds of these calls of a host that is gone (whose interpreter
         this host took back from a keeper), by call id, with the answers it kept whole.
-        Those it finds unanswered become this host's to answer and settle. The gone host's
-        intent files are read first."""
+        Those it finds unanswered become this host's to answer and settle, and those
+        answered but not settled, this host's to settle. The gone host's intent files are
+        read first."""
         wanted = list(call_ids)
         if not wanted:
             return {}
@@ -311,6 +312,9 @@ class Journal(_ServeRecords, _WriteBehind):
                     found[call.call_id] = TakenCall(call, row[1])
                     if call.answered_at is None:
                         self._open_rows[call.call_id] = row[0]
+                    elif call.fate is None:
+                        self._open_rows[call.call_id] = row[0]
+                        self._answered_unsettled.add(call.call_id)
         return found
 
     def mark_in_doubt(self, call_ids: Iterable[str]) -> None:
