@@ -45,7 +45,8 @@ def make_batch(
         (call_id, "script-1", "main", "send_message", "channel_id='c1', text='hi'", now)
         for call_id in ids
     ]
-    answers: list[AnswerRow] = [(call_id, now, False, "'sent'") for call_id in ids]
+    frame = b'\x00\x00\x00\x2d{"t":"answer","n":1,"ok":true,"value":"sent"}'
+    answers: list[AnswerRow] = [(call_id, now, False, "'sent'", frame) for call_id in ids]
     fates: list[FateRow] = [(call_id, "seen", None) for call_id in ids]
     return starts, answers, fates
 

@@ -46,7 +46,12 @@ _CAUSE_WORDS = {
 
 @dataclass(frozen=True, slots=True)
 class CallRecord:
-    """One tool call and its fate, as a script's result reports it."""
+    """One tool call and its fate, as a script's result reports it.
+
+    `answered_from_journal` says the host restarted after the tool answered and before the
+    answer reached the interpreter: the next host sent the answer the journal kept (or, for
+    one too large to keep, an error saying so).
+    """
 
     id: str
     tool: str
@@ -58,6 +63,7 @@ class CallRecord:
     made_at: float
     answered_at: float | None
     made_before_start: bool = False
+    answered_from_journal: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +77,7 @@ class CallRecord:
             "made_at": self.made_at,
             "answered_at": self.answered_at,
             "made_before_start": self.made_before_start,
+            "answered_from_journal": self.answered_from_journal,
         }
 
 
@@ -333,7 +340,7 @@ def describe_call(record: CallRecord) -> str:
     call = f"{record.tool}({record.args_brief})"
     cause = _CAUSE_WORDS.get(record.cause or "", "")
     if record.fate == "seen":
-        return f"{call}: answered and seen"
+        return f"{call}: answered and seen{_from_journal_words(record)}"
     if record.fate == "refused":
         return f"{call}: refused before it was sent, so it did not happen ({record.answer_brief})"
     if record.fate == "pending":
@@ -350,7 +357,7 @@ def describe_call(record: CallRecord) -> str:
         else:
             why = "no answer had come when the script ended"
         return f"{call}: pending: {why}, so it may still take effect"
-    answer = _answer_words(record)
+    answer = _answer_words(record) + _from_journal_words(record)
     if record.fate == "late" and record.cause == "interpreter_gone":
         return (
             f"{call}: late: answered, but the interpreter died before it could say whether "
@@ -362,6 +369,12 @@ def describe_call(record: CallRecord) -> str:
         why = f" ({cause})" if cause else ""
         return f"{call}: unread: answered, but no code took the answer{why}; it happened{answer}"
     return f"{call}: {record.fate}"
+
+
+def _from_journal_words(record: CallRecord) -> str:
+    if not record.answered_from_journal:
+        return ""
+    return " (the host restarted before sending the answer; the next host sent it from the journal)"
 
 
 def _answer_words(record: CallRecord) -> str:

@@ -7,10 +7,11 @@ import dataclasses
 import pytest
 
 from toolscript import CallRecord, CallReport
+from toolscript.results import describe_call
 
 
 def row(n: int, fate: str) -> tuple[object, ...]:
-    return (f"i.{n}", "send", f"x={n}", fate, None, None, False, 1.0 + n, 2.0 + n, False)
+    return (f"i.{n}", "send", f"x={n}", fate, None, None, False, 1.0 + n, 2.0 + n, False, False)
 
 
 def test_an_empty_report_has_no_calls() -> None:
@@ -56,3 +57,16 @@ def test_reports_compare_by_what_they_say_however_their_records_were_made() -> N
     assert lazy != CallReport(made=2)
     assert lazy.to_dict() == made.to_dict()
     assert lazy.to_dict()["records"][1]["fate"] == "late"
+
+
+def test_a_call_answered_from_the_journal_after_a_restart_says_so() -> None:
+    record = CallRecord("i.1", "send", "x=1", "unread", None, "'ok'", False, 1.0, 2.0)
+    restarted = dataclasses.replace(record, answered_from_journal=True)
+    assert "journal" not in describe_call(record)
+    assert describe_call(restarted) == (
+        "send(x=1): unread: answered, but no code took the answer; it happened; the answer "
+        "began: 'ok' (the host restarted before sending the answer; the next host sent it "
+        "from the journal)"
+    )
+    assert restarted.to_dict()["answered_from_journal"] is True
+    assert record.to_dict()["answered_from_journal"] is False

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from toolscript.host.journal import (
+    ANSWER_KEPT,
     SCHEMA_VERSION,
     CallAnswer,
     CallFate,
@@ -665,3 +666,91 @@ def test_a_flush_of_any_size_writes_every_call_whole_and_in_order(
             )
             assert (call.fate, call.cause) == (("seen", None) if i % 2 else ("late", "timeout"))
             assert (call.shell, call.script_id, call.uncertain) == ("main", "s-1", False)
+
+
+@pytest.mark.parametrize("flush_between", [False, True])
+def test_an_answer_is_kept_whole_until_its_call_is_seen(
+    tmp_path: Path, flush_between: bool
+) -> None:
+    # Until the script's code has the answer, a host taking the interpreter back may have to
+    # deliver it; once seen, nobody will. Kept alike whether the call is inserted whole or
+    # updated flush by flush.
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        journal.record_calls([start("seen"), start("unread"), start("unsettled")])
+        if flush_between:
+            journal.flush()
+        journal.record_answers(
+            [
+                CallAnswer(call_id, NOW + 1, False, "'a'", b"frame of " + call_id.encode())
+                for call_id in ("seen", "unread", "unsettled")
+            ]
+        )
+        if flush_between:
+            journal.flush()
+        journal.settle_calls([CallFate("seen", "seen", None), CallFate("unread", "unread", None)])
+    with Journal.open(path) as journal:
+        taken = journal.take_over_calls(["seen", "unread", "unsettled"])
+    assert {call_id: call.answer_frame for call_id, call in taken.items()} == {
+        "seen": None,
+        "unread": b"frame of unread",
+        "unsettled": b"frame of unsettled",
+    }
+    assert taken["unsettled"].call.answer_brief == "'a'"
+
+
+def test_an_answer_over_the_bound_is_kept_only_by_its_start(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        journal.record_calls([start("at-the-bound"), start("over-it")])
+        journal.record_answers(
+            [
+                CallAnswer("at-the-bound", NOW + 1, False, "'x...'", b"x" * ANSWER_KEPT),
+                CallAnswer("over-it", NOW + 1, False, "'y...'", b"y" * (ANSWER_KEPT + 1)),
+            ]
+        )
+    with Journal.open(path) as journal:
+        taken = journal.take_over_calls(["at-the-bound", "over-it"])
+    assert taken["at-the-bound"].answer_frame == b"x" * ANSWER_KEPT
+    assert taken["over-it"].answer_frame is None
+    assert taken["over-it"].call.answer_brief == "'y...'"
+
+
+def test_a_call_answered_by_a_host_that_is_gone_is_settled_by_the_host_that_took_it_over(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        journal.record_calls([start("c-1")])
+        journal.record_answers([CallAnswer("c-1", NOW + 1, False, "'a'", b"frame")])
+    with Journal.open(path) as journal:
+        journal.take_over_calls(["c-1"])
+        journal.settle_calls([CallFate("c-1", "seen", None)])
+        [call] = journal.calls()
+        assert (call.fate, call.answered_at, call.answer_brief) == ("seen", NOW + 1, "'a'")
+        assert journal.take_over_calls(["c-1"])["c-1"].answer_frame is None
+
+
+def test_a_journal_written_before_answers_were_kept_gains_the_column_when_opened(
+    tmp_path: Path,
+) -> None:
+    # Added without a new schema version, like `scripts.violation`: older code names the
+    # columns it reads and writes, so it can keep sharing the file.
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        journal.record_calls([start("before")])
+        journal.record_answers([CallAnswer("before", NOW + 1, False, "'old'")])
+    raw = sqlite3.connect(path)
+    with raw:
+        raw.execute("ALTER TABLE calls DROP COLUMN answer_frame")
+    raw.close()
+
+    with Journal.open(path) as journal:
+        journal.record_calls([start("after")])
+        journal.record_answers([CallAnswer("after", NOW + 2, False, "'new'", b"frame")])
+        taken = journal.take_over_calls(["before", "after"])
+        assert (taken["before"].call.answer_brief, taken["before"].answer_frame) == ("'old'", None)
+        assert taken["after"].answer_frame == b"frame"
+    raw = sqlite3.connect(path)
+    assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    raw.close()

@@ -6,8 +6,8 @@ runs the scripts it is given, one shell each, in order: `[shell, code, time_limi
 (with `wait` false, the script is started and the next one runs beside it). It prints one
 line per event the test waits for: `result <shell> <status> <script id> <value>` when a waited-for script ends, then
 `kernel <shell> <pid>`.
-With `die_at` (`[step, n]`, a step of `STEPS`), the host SIGKILLs itself right after the
-`n`-th time it takes that step, so a test can stop it exactly there.
+With `die_at` (`[step, n]`, a step of `STEPS` or `answer_journaled`), the host SIGKILLs
+itself right after the `n`-th time it takes that step, so a test can stop it exactly there.
 Scripts signal the test with files in the shared folder and wait for it on FIFOs there;
 nothing here waits on time.
 """
@@ -36,7 +36,8 @@ WAIT = 20.0
 STEPS = ("board_written", "journal_begun", "journal_ended", "board_cleared")
 """The steps of a run a host can be made to die right after (`die_at`): the keeper's board
 names the script, the journal records its start, the journal records its end, the board is
-cleared."""
+cleared. A host can also die at `answer_journaled`, a step of a tool call: right after the
+journal records an answer, written to SQLite, before the answer is sent."""
 
 HOST = textwrap.dedent(
     """
@@ -56,6 +57,7 @@ HOST = textwrap.dedent(
         owner, name = {
             "board_written": (KernelProcess, "script_began"),
             "journal_begun": (Journal, "begin_script"),
+            "answer_journaled": (Journal, "record_answers"),
             "journal_ended": (Journal, "end_script"),
             "board_cleared": (KernelProcess, "script_ended"),
         }[step]
@@ -66,6 +68,8 @@ HOST = textwrap.dedent(
                 method(*args, **kwargs)
                 taken.append(step)
                 if len(taken) == nth:
+                    if step == "answer_journaled":
+                        args[0].flush()  # as the flush thread would, before the answer is sent
                     os.kill(os.getpid(), signal.SIGKILL)
             return step_then_die
 

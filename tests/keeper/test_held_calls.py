@@ -1,15 +1,18 @@
 """Every call a killed host held gets exactly one truthful answer from the next host: a call
-never read is dispatched as usual, a call read but not answered is in doubt, made again only
-when its tool says a repeat is safe (docs/design.md: the keeper)."""
+never read is dispatched as usual, a call answered but whose answer was never sent gets that
+answer from the journal, a call read but not answered is in doubt, made again only when its
+tool says a repeat is safe (docs/design.md: the keeper)."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 
 import pytest
 
 from tests.conftest import GRACE, SANDBOX, wait_for_file
 from toolscript import Runtime
+from toolscript.host.journal import ANSWER_KEPT
 
 from .conftest import WAIT, Hosts, gate, open_gate, signal_file
 from .tools import count, effect_tools
@@ -105,3 +108,63 @@ async def test_a_call_the_killed_host_never_read_is_dispatched_once_by_the_next(
         assert [r.fate for r in result.calls.records] == ["seen"]
         assert rt.journal.uncertain() == []
     assert len(count(hosts.shared, "effects", "record", "r1")) == 1
+
+
+async def _journal_an_answer_and_die(hosts: Hosts, call: str) -> None:
+    """A host runs `call` in a script, journals its answer, and is killed before sending it."""
+    code = _CATCH.format(call=call)
+    host = await hosts.start(
+        [["main", "x = 1", 30, True], ["main", code, 30, False]], die_at=["answer_journaled", 1]
+    )
+    await host.line("kernel")
+    assert await asyncio.wait_for(host.process.wait(), WAIT) == -signal.SIGKILL
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("key", "outcome", "is_error"),
+    [
+        ("a1", "{'key': 'a1', 'balance': 12.5, 'tags': ['new', None], 'note': ''}", False),
+        ("taken-a2", repr(("ToolError", None, "KeyError: 'taken-a2 is taken'")), True),
+    ],
+    ids=["value", "tool_error"],
+)
+async def test_an_answer_the_killed_host_journaled_but_never_sent_reaches_the_script_as_it_was(
+    hosts: Hosts, key: str, outcome: str, is_error: bool
+) -> None:
+    await _journal_an_answer_and_die(hosts, f"open_account(key={key!r})")
+
+    async with _runtime(hosts) as rt:
+        result = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert result is not None and result.status == "ok", result and result.text
+        assert result.value == outcome
+        [record] = result.calls.records
+        assert (record.tool, record.fate, record.is_error) == ("open_account", "seen", is_error)
+        assert record.answered_from_journal
+        [journaled] = rt.journal.calls(result.script_id)
+        assert (journaled.call_id, journaled.fate) == (record.id, "seen")
+        assert rt.journal.uncertain() == []
+        again = await rt.shell("main").run("x")
+        assert again.value == "1", again.text
+        # What the script would have seen had the host not been killed:
+        unbroken = await rt.shell("main").run(_CATCH.format(call=f"open_account(key='{key}-b')"))
+        assert unbroken.value == outcome.replace(key, f"{key}-b")
+    assert len(count(hosts.shared, "effects", "open_account", key)) == 1
+
+
+@pytest.mark.timeout(90)
+async def test_an_answer_too_large_for_the_journal_to_keep_reaches_the_script_as_an_error_saying_so(
+    hosts: Hosts,
+) -> None:
+    await _journal_an_answer_and_die(hosts, f"open_account(key='a3', padding={ANSWER_KEPT})")
+
+    async with _runtime(hosts) as rt:
+        result = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert result is not None and result.status == "ok", result and result.text
+        assert result.value is not None and result.value.startswith("('ToolError', None, ")
+        assert "too large for the journal to keep (over 1 MiB)" in result.value
+        start = await rt.shell("main").run("outcome[2].split('it kept only its start: ')[1][:22]")
+        assert start.value == repr("key='a3', balance=12.5"), start.text
+        [record] = result.calls.records
+        assert (record.fate, record.is_error, record.answered_from_journal) == ("seen", True, True)
+    assert len(count(hosts.shared, "effects", "open_account", "a3")) == 1

@@ -77,4 +77,16 @@ def effect_tools(shared: str, *, hold: bool, gate_for: float = 0.0) -> list[Any]
             db.execute("INSERT INTO effects VALUES (?, ?, ?)", ("record", key, context.call_id))
         return f"recorded {key}"
 
-    return [transfer, put, record]
+    @tool
+    async def open_account(key: str, context: CallContext, padding: int = 0) -> dict[str, Any]:
+        """Record an effect and answer at once with the account (its `note` `padding`
+        characters long); a key that starts with "taken" fails after the effect."""
+        with _db(shared) as db:
+            db.execute(
+                "INSERT INTO effects VALUES (?, ?, ?)", ("open_account", key, context.call_id)
+            )
+        if key.startswith("taken"):
+            raise KeyError(f"{key} is taken")
+        return {"key": key, "balance": 12.5, "tags": ["new", None], "note": "x" * padding}
+
+    return [transfer, put, record, open_account]

@@ -36,10 +36,12 @@ _ANSWER_LISTED = frozenset(("late", "unread", "refused"))
 """The fates whose record shows the answer: the ones where code did not take it."""
 
 
-RecordRow = tuple[str, str, str, str, "str | None", "str | None", bool, float, "float | None", bool]
+RecordRow = tuple[
+    str, str, str, str, "str | None", "str | None", bool, float, "float | None", bool, bool
+]
 """One call's record, as a row in the order of `toolscript.CallRecord`'s fields: `id`, `tool`,
 `args_brief`, `fate`, `cause`, `answer_brief`, `is_error`, `made_at`, `answered_at`,
-`made_before_start`."""
+`made_before_start`, `answered_from_journal`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,7 @@ class _Call:
         "args_brief",
         "before_start",
         "folded",
+        "from_journal",
         "host_cause",
         "id",
         "is_error",
@@ -99,6 +102,7 @@ class _Call:
         self.unwaited: tuple[str, bool] | None = None
         self.before_start = False
         self.folded = False
+        self.from_journal = False  # answered by a host that is gone, delivered by this one
 
 
 class _Tally:
@@ -130,6 +134,7 @@ class _Tally:
                     call.made_at,
                     call.answered_at,
                     call.before_start,
+                    call.from_journal,
                 )
             )
         else:
@@ -300,14 +305,15 @@ class CallLedger:
                 if host_cause == "in_doubt":
                     self._journal.mark_in_doubt([call.id])
             return
-        self.answered_all([(n, is_error, value)])
+        self.answered_all([(n, is_error, value, None)])
 
-    def answered_all(self, answers: Iterable[tuple[int, bool, Any]]) -> None:
-        """Handlers answered: `(n, is_error, value)` each, journaled together."""
+    def answered_all(self, answers: Iterable[tuple[int, bool, Any, bytes | None]]) -> None:
+        """Handlers answered: `(n, is_error, value, frame)` each, journaled together; `frame`
+        is the answer as sent to the kernel (kept by the journal until the code has seen it)."""
         now = time.time()
         rows: list[AnswerRow] = []
         calls = self._calls
-        for n, is_error, value in answers:
+        for n, is_error, value, frame in answers:
             call = calls.get(n)
             if call is None:
                 continue
@@ -315,11 +321,24 @@ class CallLedger:
             call.answer_sent = True
             call.is_error = is_error
             call.answer_brief = text = brief(value)
-            rows.append((call.id, now, is_error, text))
+            rows.append((call.id, now, is_error, text, frame))
             if call.folded:
                 del calls[n]
         if rows:
             self._journal.record_answers(rows)
+
+    def answered_from_journal(
+        self, n: int, is_error: bool, answer_brief: str, answered_at: float | None
+    ) -> None:
+        """A host that is gone journaled call `n`'s answer and died before it reached the
+        kernel; this host delivers it from the journal, which has it already."""
+        call = self._calls.get(n)
+        if call is not None:
+            call.answered_at = answered_at
+            call.answer_sent = True
+            call.is_error = is_error
+            call.answer_brief = answer_brief
+            call.from_journal = True
 
     def acknowledged(self, acks: Iterable[Any] = (), seen: Iterable[Any] = ()) -> None:
         """The kernel's word on calls: `seen` holds the numbers of calls whose answer code

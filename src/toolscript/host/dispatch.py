@@ -14,11 +14,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..kernel import wire
+from ..kernel.brief import brief
 from ..tools.spec import CallIdentity, current_call
 from . import codec
 from .calls import CallLedger
 from .catalogue import Answer, ToolCatalogue, Waiting
-from .journal import JournalCall
+from .journal import ANSWER_KEPT, TakenCall
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -76,13 +77,16 @@ class Dispatcher:
     # - not journaled: the old host never dispatched it (it never read the frame, or died
     #   before it could record it): dispatched now, as usual; its effect had not begun;
     # - journaled with an answer: the tool ran and answered, but the answer never reached the
-    #   kernel: the script is told so, with the answer as the journal kept it;
+    #   kernel: the journal kept it as it was to be sent (its frame), and it is sent now, so
+    #   the script gets the value or the tool's error it would have got; the call's record
+    #   says it was answered from the journal. An answer too large for the journal to keep
+    #   whole (over `ANSWER_KEPT`) is an error saying so, with the start the journal kept;
     # - journaled without an answer: in doubt, it may have taken effect. A tool that says a
     #   repeat is safe (`idempotent`, `read_only`) gets it again, with the same idempotency
     #   key; any other is answered `ToolError` with cause `in_doubt`, and the journal and the
     #   result keep it uncertain.
 
-    def recover(self, frames: list[dict[str, Any]], journaled: Mapping[str, JournalCall]) -> None:
+    def recover(self, frames: list[dict[str, Any]], journaled: Mapping[str, TakenCall]) -> None:
         """Answer the calls a kernel taken back from a keeper still waits on (`frames`, as it
         sent them again), given what the journal holds of them, by call id."""
         todo: list[_Todo] = []
@@ -95,13 +99,8 @@ class Dispatcher:
                 self.channel.send(Answer("refused", message=problem).to_frame(n))
             elif before is None:
                 todo.append((n, key, args, (call.id, call.script, False)))
-            elif before.answered_at is not None:
-                said = before.answer_brief or ""
-                message = (
-                    f"{key}: the tool ran and answered, but the host restarted before the answer "
-                    f"reached the script; the journal kept only this much of it: {said}"
-                )
-                self._answered_all([(n, Answer("error", message, message))])
+            elif before.call.answered_at is not None:
+                self._answer_from_journal(n, key, before)
             elif self.catalogue.repeat_is_safe(key):
                 todo.append((n, key, args, (call.id, call.script, True)))
             else:
@@ -113,6 +112,23 @@ class Dispatcher:
                 self._answered_all([(n, Answer("in_doubt", message=message))])
         if todo:
             self._answer_soon(todo, 0, eager=_EAGER)
+
+    def _answer_from_journal(self, n: int, key: str, taken: TakenCall) -> None:
+        """Send call `n` the answer a host that is gone journaled and never sent."""
+        call = taken.call
+        frame = taken.answer_frame
+        if frame is not None:
+            is_error, said = bool(call.is_error), call.answer_brief or ""
+        else:
+            message = (
+                f"{key}: the tool ran and answered, but the host restarted before the answer "
+                "reached the script, and the answer was too large for the journal to keep "
+                f"(over {ANSWER_KEPT >> 20} MiB); it kept only its start: {call.answer_brief or ''}"
+            )
+            frame = codec.encode(Answer("error", message, message).to_frame(n))
+            is_error, said = True, brief(message)
+        self.ledger.answered_from_journal(n, is_error, said, call.answered_at)
+        self.channel.send_frames([frame])
 
     def _answer_soon(self, todo: list[_Todo], start: int, eager: bool) -> None:
         if eager:
@@ -200,8 +216,8 @@ class Dispatcher:
             answers[i] = (n, answer)
             frames.append(encode(answer.to_frame(n)))
         self.ledger.answered_all(
-            (n, answer.kind != "value", answer.value)
-            for n, answer in answers
+            (n, answer.kind != "value", answer.value, frame)
+            for (n, answer), frame in zip(answers, frames, strict=True)
             if answer.kind not in _HOST_CAUSES
         )
         for n, answer in answers:

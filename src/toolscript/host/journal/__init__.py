@@ -21,6 +21,10 @@ What is durable, and when:
 - An answer, a fate or a script's end lost to a kill (it was only in the buffer) leaves its
   call uncertain or its script without a status, which is the truthful state: the host cannot
   prove the effect happened.
+- An answer is journaled with its frame, as it is sent to the kernel, and the frame is kept
+  until the script's code has seen the answer (up to `ANSWER_KEPT` bytes; of a longer answer
+  only its start is kept): a host that takes the interpreter back delivers it from there if
+  the host before died before sending it.
 - Nothing here survives a power loss or a kernel crash: that would need an fsync per call,
   which the hot path cannot afford. SQLite runs with WAL and `synchronous=NORMAL`.
 
@@ -39,6 +43,7 @@ from __future__ import annotations
 from ..state import state_dir
 from .buffer import FLUSH_INTERVAL
 from .records import (
+    ANSWER_KEPT,
     AnswerRow,
     CallAnswer,
     CallFate,
@@ -53,6 +58,7 @@ from .records import (
     StartRow,
     StoredResult,
     StreamEvent,
+    TakenCall,
 )
 from .schema import SCHEMA_VERSION
 from .serving import EVENTS_KEPT, EVENTS_KEPT_FOR
@@ -60,6 +66,7 @@ from .store import JOURNAL_FILE_NAME, MEMORY, Journal
 from .turns import JournalTurn, TurnRecords
 
 __all__ = [
+    "ANSWER_KEPT",
     "EVENTS_KEPT",
     "EVENTS_KEPT_FOR",
     "FLUSH_INTERVAL",
@@ -82,6 +89,7 @@ __all__ = [
     "StartRow",
     "StoredResult",
     "StreamEvent",
+    "TakenCall",
     "TurnRecords",
     "state_dir",
 ]

@@ -10,7 +10,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any
 
-from .records import AnswerRow, FateRow, StartRow
+from .records import ANSWER_KEPT, AnswerRow, FateRow, StartRow
 from .schema import _INSERT_SCRIPT, _LAST_CALL
 
 _RECORD_VIOLATION = "UPDATE scripts SET violation = ? WHERE script_id = ?"
@@ -22,16 +22,16 @@ _END_SCRIPT = (
 # A call inserted whole: its start, and its answer and fate when the same flush has them.
 _INSERT_WHOLE_CALL = (
     "INSERT INTO calls (id, host_id, call_id, script_id, shell, tool, args_brief, made_at, "
-    "answered_at, is_error, answer_brief, fate, cause, uncertain_reason) VALUES "
+    "answered_at, is_error, answer_brief, answer_frame, fate, cause, uncertain_reason) VALUES "
 )
-_WHOLE_CALL_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_WHOLE_CALL_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 # Goal: a flush of a `gather`'s thousand calls costs the event loop as little as it can.
 # What fails: `executemany`, one statement step per row. The sqlite3 module lets go of the
 # GIL around every step, and the event loop, busy in the same process, takes it each time:
 # a thousand hand-overs per flush, each a wake-up of one thread and a wait of the other,
 # which on two busy cores doubled the flush thread's CPU per call and made the loop wait.
-# What we do: insert up to 64 rows per statement (64 * 14 variables stays under the 999 that
+# What we do: insert up to 64 rows per statement (64 * 15 variables stays under the 999 that
 # older SQLite builds allow), the rest in statements of 32, 16, ... 1 rows: a step per
 # statement, and a handful of statements, each prepared once and cached.
 _ROWS_PER_INSERT = (64, 32, 16, 8, 4, 2, 1)
@@ -39,23 +39,28 @@ _INSERT_WHOLE_CALLS = {
     size: _INSERT_WHOLE_CALL + ", ".join([_WHOLE_CALL_ROW] * size) for size in _ROWS_PER_INSERT
 }
 _first = itemgetter(0)
-_NO_END = (None, None, None, None, None, None)
+_NO_END = (None, None, None, None, None, None, None)
 """The columns after `made_at` of a call neither answered nor settled: `answered_at`,
-`is_error`, `answer_brief`, `fate`, `cause`, `uncertain_reason`."""
+`is_error`, `answer_brief`, `answer_frame`, `fate`, `cause`, `uncertain_reason`."""
 
 _ANSWER_CALL = (
-    "UPDATE calls SET answered_at = ?, is_error = ?, answer_brief = ?, uncertain_reason = NULL "
-    "WHERE id = ?"
+    "UPDATE calls SET answered_at = ?, is_error = ?, answer_brief = ?, answer_frame = ?, "
+    "uncertain_reason = NULL WHERE id = ?"
 )
 
 # A call settled `pending` becomes uncertain only if no answer has come; an answer that came
 # first (or comes later, see _ANSWER_CALL) clears it, so the order of the two writes in a
-# flush does not matter. Fates are written one statement per (fate, cause), the rowids passed
-# as one JSON array: cheaper than a statement per call.
+# flush does not matter. An answer's frame is kept until its call is settled `seen`: until
+# the script's code has the answer, a host that takes the interpreter back may have to
+# deliver it. (A call answered and seen within one flush, the common case, never stores it.)
+# Fates are written one statement per (fate, cause), the rowids passed as one JSON array:
+# cheaper than a statement per call.
 # Named placeholders, bound from a dict: numbered ones (`?1`) bound from a tuple are
 # deprecated from Python 3.12 and an error from 3.14.
 _SETTLE = (
-    "UPDATE calls SET fate = :fate, cause = :cause, uncertain_reason = CASE "
+    "UPDATE calls SET fate = :fate, cause = :cause, "
+    "answer_frame = CASE WHEN :fate = 'seen' THEN NULL ELSE answer_frame END, "
+    "uncertain_reason = CASE "
     "WHEN :fate = 'pending' AND answered_at IS NULL AND :cause = 'in_doubt' THEN 'in_doubt' "
     "WHEN :fate = 'pending' AND answered_at IS NULL THEN 'pending_at_settle' END "
 )
@@ -126,18 +131,19 @@ def _write_batch(
             return _ANSWERED if call_id in answered else _PENDING if call_id in pending else _OPEN
         return state
 
-    for call_id, answered_at, is_error, answer_brief in taken.answers:
+    for call_id, answered_at, is_error, answer_brief, frame in taken.answers:
         state = state_of(call_id)
         if state == _CLOSED:
             continue
+        kept = frame if frame is not None and len(frame) <= ANSWER_KEPT else None
         whole = fresh.get(call_id)
         if whole is not None:
-            fresh[call_id] = (answered_at, is_error, answer_brief, whole[3], whole[4], None)
+            fresh[call_id] = (answered_at, is_error, answer_brief, kept, whole[4], whole[5], None)
         else:
             row = open_rows.get(call_id)
             if row is None:
                 continue
-            answer_rows.append((answered_at, is_error, answer_brief, row))
+            answer_rows.append((answered_at, is_error, answer_brief, kept, row))
         states[call_id] = _CLOSED if state == _PENDING else _ANSWERED
     rows_by_fate: dict[tuple[str, str | None], list[int]] = {}
     for call_id, fate, cause in taken.fates:
@@ -149,7 +155,8 @@ def _write_batch(
             # As _SETTLE_CALL would: uncertain only if settled pending with no answer.
             unanswered = fate == "pending" and whole[0] is None
             uncertain = "pending_at_settle" if unanswered else None
-            fresh[call_id] = (*whole[:3], fate, cause, uncertain)
+            kept = None if fate == "seen" else whole[3]
+            fresh[call_id] = (*whole[:3], kept, fate, cause, uncertain)
         else:
             row = open_rows.get(call_id)
             if row is None:

@@ -22,13 +22,26 @@ class CallStart(NamedTuple):
     made_at: float
 
 
+ANSWER_KEPT = 1 << 20
+"""The longest answer, in bytes of its frame, that the journal keeps whole (1 MiB): a host that
+takes back an interpreter can then deliver it, if the host before died before it could. A
+longer answer is kept only by its start (`answer_brief`)."""
+
+
 class CallAnswer(NamedTuple):
-    """The answer a call got from its handler: when, whether an error, and its start."""
+    """The answer a call got from its handler: when, whether an error, and its start.
+
+    `answer_frame` is the answer as sent to the kernel (a frame: its length, then its JSON).
+    The journal keeps it, if at most `ANSWER_KEPT` bytes, until the script's code has seen the
+    answer (the call's fate is `seen`): until then, a host that takes the interpreter back may
+    have to deliver it (docs/design.md#the-keeper-interpreters-that-outlive-their-host).
+    """
 
     call_id: str
     answered_at: float
     is_error: bool
     answer_brief: str
+    answer_frame: bytes | None = None
 
 
 class CallFate(NamedTuple):
@@ -51,7 +64,7 @@ class CallFate(NamedTuple):
 # `CallStart`, `CallAnswer` and `CallFate` are the same rows with names, for readers.
 StartRow = tuple[str, "str | None", str, str, str, float]
 """A call as `Journal.record_calls` takes it: a `CallStart`, or a plain tuple of its fields."""
-AnswerRow = tuple[str, float, bool, str]
+AnswerRow = tuple[str, float, bool, str, "bytes | None"]
 """An answer as `Journal.record_answers` takes it: a `CallAnswer`, or a tuple of its fields."""
 FateRow = tuple[str, str, "str | None"]
 """A fate as `Journal.settle_calls` takes it: a `CallFate`, or a tuple of its fields."""
@@ -81,6 +94,16 @@ class JournalCall:
     cause: str | None
     uncertain: bool
     uncertain_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TakenCall:
+    """A call of a host that is gone, as `Journal.take_over_calls` finds it for the host that
+    took its interpreter back: the call as the journal knows it, and its answer as it was to
+    be sent to the kernel (`CallAnswer.answer_frame`), if the journal kept it."""
+
+    call: JournalCall
+    answer_frame: bytes | None
 
 
 @dataclass(frozen=True, slots=True)

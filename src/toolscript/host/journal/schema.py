@@ -71,10 +71,18 @@ CREATE TABLE calls (
     fate TEXT,
     cause TEXT,
     uncertain_reason TEXT,
-    told_at REAL
+    told_at REAL,
+    answer_frame BLOB
 );
 CREATE INDEX calls_uncertain ON calls (shell) WHERE uncertain_reason IS NOT NULL;
 """
+
+# Columns added to version 1 without a new version: nullable, and older code neither reads
+# nor writes them (it names the columns it reads and inserts), so both can keep sharing the
+# file. A journal without them gains them when it is opened. `scripts.violation`: how a script
+# broke the protocol. `calls.answer_frame`: an answer as sent to the kernel, kept until the
+# script's code has seen it (`records.ANSWER_KEPT`).
+_ADDED_COLUMNS = (("scripts", "violation", "TEXT"), ("calls", "answer_frame", "BLOB"))
 
 # Added to version 1 without a new version, like `scripts.violation`: tables older code
 # neither reads nor writes, so both can keep sharing the file. `toolscript serve` keeps in
@@ -181,11 +189,10 @@ def _prepare_schema(db: sqlite3.Connection, where: str) -> None:
                 db.execute(_MIGRATIONS[version])
             if found < SCHEMA_VERSION:
                 db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
-            columns = {row[1] for row in db.execute("PRAGMA table_info(scripts)")}
-            if "violation" not in columns:
-                # Added to version 1 without a new version: a nullable column that older
-                # code neither reads nor writes, so both can keep sharing the file.
-                db.execute("ALTER TABLE scripts ADD COLUMN violation TEXT")
+            for table, column, kind in _ADDED_COLUMNS:
+                columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                if column not in columns:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         for statement in _SERVE_SCHEMA.split(";"):
             if statement.strip():
                 db.execute(statement)

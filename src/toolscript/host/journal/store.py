@@ -30,6 +30,7 @@ from .records import (
     JournalClosedError,
     JournalScript,
     StartRow,
+    TakenCall,
 )
 from .schema import _prepare_schema, _Transaction
 from .serving import EVENTS_KEPT, _prune_serving, _ServeRecords
@@ -287,28 +288,33 @@ class Journal(_ServeRecords, _WriteBehind):
         conditions = ["uncertain_reason = 'host_gone'", "shell = ?", "told_at IS NULL"]
         return self._select_calls(conditions, [shell], None, sweep=True)
 
-    def take_over_calls(self, call_ids: Iterable[str]) -> dict[str, JournalCall]:
+    def take_over_calls(self, call_ids: Iterable[str]) -> dict[str, TakenCall]:
         """What the journal holds of these calls of a host that is gone (whose interpreter
-        this host took back from a keeper), by call id; those it finds unanswered become
-        this host's to answer and settle. The gone host's intent files are read first."""
+        this host took back from a keeper), by call id, with the answers it kept whole.
+        Those it finds unanswered become this host's to answer and settle, and those
+        answered but not settled, this host's to settle. The gone host's intent files are
+        read first."""
         wanted = list(call_ids)
         if not wanted:
             return {}
-        found: dict[str, JournalCall] = {}
+        found: dict[str, TakenCall] = {}
         with self._db_lock:
             self._check_open()
             self._commit(sweep=True)
             rows = self._db.execute(
-                f"SELECT id, {_CALL_COLUMNS} FROM calls WHERE call_id IN "
+                f"SELECT id, answer_frame, {_CALL_COLUMNS} FROM calls WHERE call_id IN "
                 "(SELECT value FROM json_each(?))",
                 (json.dumps(wanted),),
             ).fetchall()
             with self._buffer_lock:
                 for row in rows:
-                    call = _journal_call(row[1:])
-                    found[call.call_id] = call
+                    call = _journal_call(row[2:])
+                    found[call.call_id] = TakenCall(call, row[1])
                     if call.answered_at is None:
                         self._open_rows[call.call_id] = row[0]
+                    elif call.fate is None:
+                        self._open_rows[call.call_id] = row[0]
+                        self._answered_unsettled.add(call.call_id)
         return found
 
     def mark_in_doubt(self, call_ids: Iterable[str]) -> None:
