@@ -233,7 +233,7 @@ def _started_now(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> bo
     ):
         return False
     ready.pop()._run()
-    return task.done()
+    return bool(task.done())
 
 
 _current_task = asyncio.current_task
