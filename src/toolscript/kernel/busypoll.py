@@ -16,6 +16,12 @@ polling than a wake-up costs (`WORTH`), so polling backs off where replies come 
 on a loaded machine, where the other side waits for a core. The kernel counts each tool
 apart: an MCP tool that answers in milliseconds is not polled for, while a Python tool
 beside it still is.
+
+Polling must never cost more CPU than the wake-ups it saves. A reply found within `WORTH`
+saved a wake-up and cost less; one found later, or not at all, cost its polling and the
+wake-up too. So the window is short (a few wake-ups' worth, by default), two late replies
+in a row are enough to back off, and a retry while backed off polls for `WORTH` at most: it
+only asks whether replies come in time again, which a longer poll cannot tell better.
 """
 
 from __future__ import annotations
@@ -24,20 +30,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-DEFAULT_WINDOW = 0.001
+DEFAULT_WINDOW = 0.0002
 """Seconds each side polls for a reply before it sleeps, unless the runtime says otherwise."""
 
 MAX_WINDOW = 0.01
 """A window the kernel is told must be shorter than this, or it does not poll."""
 
-MISSES_BEFORE_BACKING_OFF = 4
-"""Windows in a row that end with nothing come before polling is tried only now and then."""
+MISSES_BEFORE_BACKING_OFF = 2
+"""Late replies in a row that come before polling is tried only now and then."""
 
 RETRY_EVERY = 16
 """While backed off, one expected reply in this many is polled for, at first."""
 
-WORTH = 0.0001
-"""Seconds of polling a reply is worth: about what a wake-up costs on these machines. A reply
+WORTH = 0.00003
+"""Seconds of polling a reply is worth: about what a wake-up costs on these machines (the
+sleep's system calls, and the work after it run on cold caches: bench/README.md). A reply
 found only after polling longer cost more CPU than the wake-up it saved, and counts as late.
 (On a loaded machine the other side waits for a core, and replies come that way.)"""
 
@@ -76,6 +83,8 @@ class BusyPoll:
             late = min(self.misses - MISSES_BEFORE_BACKING_OFF, MAX_DOUBLINGS)
             if self.skipped % (RETRY_EVERY << late):
                 return
+            self.due = time.perf_counter() + min(self.window, WORTH)  # a retry
+            return
         self.due = time.perf_counter() + self.window
 
     def select(self, select: Callable[[float | None], list[Any]], timeout: float | None) -> Any:
