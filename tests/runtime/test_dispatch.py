@@ -88,6 +88,31 @@ async def test_many_waiting_handlers_in_one_burst_each_get_their_own_answer(
     assert result.calls.by_fate == {"seen": 60}
 
 
+async def test_a_burst_of_calls_to_a_tool_that_waits_is_in_flight_all_at_once(
+    make_runtime: MakeRuntime,
+) -> None:
+    started: list[int] = []
+
+    @tool
+    async def slow(x: int) -> int:
+        """Count itself in, wait two passes of the loop, and say how many had started."""
+        started.append(x)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return len(started)
+
+    runtime = await make_runtime(tools=[slow])
+    # Like a gather of MCP calls: each call must reach its server without waiting for the
+    # calls before it to start one by one.
+    result = await runtime.run(
+        "import asyncio\nawait asyncio.gather(*[slow(x=i) for i in range(50)])"
+    )
+    assert result.status == "ok", result.text
+    assert result.value is not None
+    assert eval(result.value)[0] == 50
+    assert started == list(range(50))
+
+
 async def test_a_waiting_handler_in_a_burst_times_out_on_its_own(
     make_runtime: MakeRuntime,
 ) -> None:
