@@ -29,8 +29,8 @@ import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .command import template_command
 from .environment import interpreter_environment
@@ -41,8 +41,7 @@ from .state import state_dir
 __all__ = ["HeadStart", "begin", "claim"]
 
 
-@dataclass
-class HeadStart:
+class HeadStart(NamedTuple):
     """A sandboxed template started for a runtime that has not opened yet."""
 
     key: tuple[object, ...]

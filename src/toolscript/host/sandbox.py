@@ -35,9 +35,8 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..kernel.init import TEMPLATE_CGROUP
 from .cgroups import make_cgroup
@@ -85,8 +84,7 @@ class SandboxError(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(NamedTuple):
     """A host path shown inside the sandbox at `target`, read-only unless `writable`."""
 
     source: str
@@ -134,21 +132,39 @@ def find_bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
-@dataclass
 class Sandbox:
-    """One runtime's sandbox: the bubblewrap command the template starts under."""
+    """One runtime's sandbox: the bubblewrap command the template starts under.
 
-    bwrap: str
-    network: bool
-    shells_root: Path
-    mounts: list[Mount]
-    python_paths: list[str]
-    privileged: bool
-    cgroup: Path | None = None
-    """This runtime's `pids` cgroup, when one could be made (each interpreter gets a child)."""
-    _numbers: int = 0
-    _token: str = field(default_factory=lambda: os.urandom(3).hex())
-    _cgroups: set[str] = field(default_factory=set)
+    (A plain class, not a dataclass: the command line's head start builds one before it has
+    imported anything it can do without, and `dataclasses` brings `inspect`.)
+    """
+
+    def __init__(
+        self,
+        *,
+        bwrap: str,
+        network: bool,
+        shells_root: Path,
+        mounts: list[Mount],
+        python_paths: list[str],
+        privileged: bool,
+        cgroup: Path | None = None,
+    ) -> None:
+        self.bwrap = bwrap
+        self.network = network
+        self.shells_root = shells_root
+        self.mounts = mounts
+        self.python_paths = python_paths
+        self.privileged = privileged
+        self.cgroup = cgroup
+        """This runtime's `pids` cgroup, when one could be made (each interpreter gets a
+        child)."""
+        self._numbers = 0
+        self._token = os.urandom(3).hex()
+        self._cgroups: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"Sandbox(bwrap={self.bwrap!r}, network={self.network}, cgroup={self.cgroup})"
 
     @property
     def level(self) -> str:
