@@ -103,14 +103,24 @@ async def test_a_burst_of_calls_to_a_tool_that_waits_is_in_flight_all_at_once(
 
     runtime = await make_runtime(tools=[slow])
     # Like a gather of MCP calls: each call must reach its server without waiting for the
-    # calls before it to start one by one.
-    result = await runtime.run(
-        "import asyncio\nawait asyncio.gather(*[slow(x=i) for i in range(50)])"
-    )
-    assert result.status == "ok", result.text
-    assert result.value is not None
-    assert eval(result.value)[0] == 50
-    assert started == list(range(50))
+    # calls before it to start one by one. The kernel sends the burst's frames together, but
+    # on a loaded machine the host may read the first of them alone and answer it before the
+    # rest arrive; so the burst is tried a few times, and must at least once be wholly in
+    # flight when its first call answers. (Started one per pass of the loop, as before, the
+    # first answer would see about three started, every time.)
+    seen_by_first: list[int] = []
+    for _ in range(5):
+        started.clear()
+        result = await runtime.run(
+            "import asyncio\nawait asyncio.gather(*[slow(x=i) for i in range(50)])"
+        )
+        assert result.status == "ok", result.text
+        assert result.value is not None
+        assert started == list(range(50))
+        seen_by_first.append(eval(result.value)[0])
+        if seen_by_first[-1] == 50:
+            break
+    assert 50 in seen_by_first, seen_by_first
 
 
 async def test_a_waiting_handler_in_a_burst_times_out_on_its_own(
