@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import GRACE, SANDBOX, is_gone, processes_with
+from tests.conftest import GRACE, SANDBOX, is_gone, processes_with, wait_for_file
 
 WAIT = 20.0
 """The bound on any wait for a host's line, a file or a process's end."""
@@ -174,6 +174,16 @@ class Hosts:
         self.started.append(host)
         return host
 
+    async def kill_when(self, signal_name: str, code: str, time_limit: float) -> Host:
+        """A host that sets `x = 1` in the shell "main" and then runs `code` there (under
+        `time_limit`), killed once the script has made the file `signal_name` in the shared
+        folder."""
+        host = await self.start([["main", "x = 1", 30, True], ["main", code, time_limit, False]])
+        await host.line("kernel")
+        await wait_for_file(self.shared / signal_name, WAIT)
+        await host.kill()
+        return host
+
     def keeper(self) -> list[int]:
         """The pids of the keepers of the state directories watched (none or one each)."""
         return [
@@ -239,3 +249,15 @@ async def open_gate(hosts: Hosts, name: str) -> None:
 def signal_file(hosts: Hosts, name: str) -> str:
     """Python for a script: create the file `name` in the shared folder (tells the test)."""
     return f"open({str(hosts.shared / name)!r}, 'w').close()\n"
+
+
+def interruptible(hosts: Hosts, body: str) -> str:
+    """Python for a script: make the file `started`, run `body` (a statement, its inner lines
+    indented by eight spaces), and make the file `stopped` if an interrupt ends it."""
+    stopped = hosts.shared / "stopped"
+    return (
+        signal_file(hosts, "started")
+        + "try:\n    "
+        + body
+        + f"except KeyboardInterrupt:\n    open({str(stopped)!r}, 'w').close()\n    raise\n"
+    )

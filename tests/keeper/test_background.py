@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import GRACE, SANDBOX, eventually, wait_for_file
 from toolscript import Runtime, ScriptHandle
 
-from .conftest import WAIT, Hosts, gate, open_gate, signal_file
+from .conftest import WAIT, Hosts, gate, interruptible, open_gate, signal_file
 
 BACKGROUND_HOST = textwrap.dedent(
     """
@@ -137,11 +137,7 @@ async def test_the_keeper_holds_a_background_scripts_time_limit_while_no_host_is
     hosts: Hosts,
 ) -> None:
     stopped = hosts.shared / "stopped"
-    code = (
-        signal_file(hosts, "started")
-        + "try:\n    while True:\n        pass\nexcept KeyboardInterrupt:\n"
-        + f"    open({str(stopped)!r}, 'w').close()\n    raise\n"
-    )
+    code = interruptible(hosts, "while True:\n        pass\n")
     script_id, _ = await _started(hosts, code, 1.0)
     await wait_for_file(stopped, WAIT)  # no host is attached: only the keeper can stop it
 

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import GRACE, SANDBOX, wait_for_file
 from toolscript import Runtime
 
-from .conftest import WAIT, Hosts, gate, open_gate, signal_file
+from .conftest import WAIT, Hosts, gate, interruptible, open_gate, signal_file
 from .tools import count, effect_tools
 
 
@@ -133,10 +133,7 @@ async def test_a_blocked_script_whose_time_limit_passes_is_stopped_as_usual(
     # as a rule (or, on a slow machine, while no host is attached: the keeper stops it
     # then, and the result is the same).
     code = signal_file(hosts, "started") + gate(hosts, "never") + "x = 2\n"
-    host = await hosts.start([["main", "x = 1", 30, True], ["main", code, 6.0, False]])
-    await host.line("kernel")
-    await wait_for_file(hosts.shared / "started", WAIT)
-    await host.kill()
+    await hosts.kill_when("started", code, 6.0)
 
     async with await _started(hosts) as rt:
         recovered = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
@@ -153,17 +150,9 @@ async def test_a_blocked_script_whose_time_limit_passes_while_no_host_is_attache
     hosts: Hosts,
 ) -> None:
     stopped = hosts.shared / "stopped"
-    code = (
-        signal_file(hosts, "started")
-        + "try:\n    "
-        + gate(hosts, "never")
-        + f"except KeyboardInterrupt:\n    open({str(stopped)!r}, 'w').close()\n    raise\n"
-    )
+    code = interruptible(hosts, gate(hosts, "never"))
     # The host is killed as soon as the script has started, well within its limit.
-    host = await hosts.start([["main", "x = 1", 30, True], ["main", code, 3.0, False]])
-    await host.line("kernel")
-    await wait_for_file(hosts.shared / "started", WAIT)
-    await host.kill()
+    await hosts.kill_when("started", code, 3.0)
     await wait_for_file(stopped, WAIT)  # no host is attached: only the keeper can stop it
 
     async with await _started(hosts) as rt:

@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from tests.conftest import GRACE, SANDBOX, wait_for_file
+from tests.conftest import GRACE, SANDBOX
 from toolscript import Runtime
 from toolscript.host.journal import ANSWER_KEPT
 
@@ -44,10 +44,7 @@ async def test_a_call_in_doubt_is_not_made_again_and_reaches_the_script_as_in_do
     hosts: Hosts,
 ) -> None:
     code = _CATCH.format(call="transfer(key='t1')")
-    host = await hosts.start([["main", "x = 1", 30, True], ["main", code, 30, False]])
-    await host.line("kernel")
-    await wait_for_file(hosts.shared / "entered-t1", WAIT)  # read, effect done, no answer
-    await host.kill()
+    await hosts.kill_when("entered-t1", code, 30)
 
     async with _runtime(hosts) as rt:
         result = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
@@ -70,10 +67,7 @@ async def test_an_idempotent_call_in_doubt_is_made_again_with_the_same_key_and_t
     hosts: Hosts,
 ) -> None:
     code = _CATCH.format(call="put(key='p1')")
-    host = await hosts.start([["main", "x = 1", 30, True], ["main", code, 30, False]])
-    await host.line("kernel")
-    await wait_for_file(hosts.shared / "entered-p1", WAIT)
-    await host.kill()
+    await hosts.kill_when("entered-p1", code, 30)
 
     async with _runtime(hosts) as rt:
         result = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
@@ -94,10 +88,7 @@ async def test_a_call_the_killed_host_never_read_is_dispatched_once_by_the_next(
     hosts: Hosts,
 ) -> None:
     code = signal_file(hosts, "started") + gate(hosts, "go") + "await record(key='r1')\n"
-    host = await hosts.start([["main", "x = 1", 30, True], ["main", code, 30, False]])
-    await host.line("kernel")
-    await wait_for_file(hosts.shared / "started", WAIT)
-    await host.kill()
+    await hosts.kill_when("started", code, 30)
     await open_gate(hosts, "go")  # the call is made while no host is attached
 
     async with _runtime(hosts) as rt:

@@ -15,7 +15,7 @@ from tests.conftest import GRACE, SANDBOX, eventually, is_gone, wait_for_file
 from toolscript import Runtime
 from toolscript.kernel.keeper import BOARD, SLOT
 
-from .conftest import WAIT, Hosts, gate, keeper_notes, open_gate, signal_file
+from .conftest import WAIT, Hosts, gate, interruptible, keeper_notes, open_gate, signal_file
 
 
 def _runtime(hosts: Hosts, **knobs: object) -> Runtime:
@@ -64,15 +64,8 @@ async def test_the_keeper_interrupts_a_script_past_its_time_limit_while_no_host_
     hosts: Hosts,
 ) -> None:
     stopped = hosts.shared / "stopped"
-    code = (
-        signal_file(hosts, "started")
-        + "try:\n    while True:\n        pass\nexcept KeyboardInterrupt:\n"
-        + f"    open({str(stopped)!r}, 'w').close()\n    raise\n"
-    )
-    host = await hosts.start([["main", "x = 1", 30, True], ["main", code, 1.0, False]])
-    await host.line("kernel")
-    await wait_for_file(hosts.shared / "started", WAIT)
-    await host.kill()
+    code = interruptible(hosts, "while True:\n        pass\n")
+    await hosts.kill_when("started", code, 1.0)
     await wait_for_file(stopped, WAIT)  # no host is attached: only the keeper can stop it
 
     async with _runtime(hosts) as rt:
