@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import GRACE, SANDBOX, is_gone, processes_with, wait_for_file
+from toolscript import Runtime
 
 WAIT = 20.0
 """The bound on any wait for a host's line, a file or a process's end."""
@@ -173,6 +174,21 @@ class Hosts:
         host = Host(process)
         self.started.append(host)
         return host
+
+    def runtime(self, **knobs: Any) -> Runtime:
+        """The runtime the next host opens on this state directory: its interpreters kept,
+        no warm pool, the shared folder shown read-write, the tests' grace (`knobs` add to
+        these or change them)."""
+        settings: dict[str, Any] = {
+            "state_dir": self.state_dir,
+            "keep_interpreters": True,
+            "sandbox": SANDBOX,
+            "mounts": {str(self.shared): "rw"},
+            "pool_size": 0,
+            "grace": GRACE,
+            **knobs,
+        }
+        return Runtime(**settings)
 
     async def kill_when(self, signal_name: str, code: str, time_limit: float) -> Host:
         """A host that sets `x = 1` in the shell "main" and then runs `code` there (under

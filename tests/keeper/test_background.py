@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GRACE, SANDBOX, eventually, wait_for_file
+from tests.conftest import eventually, wait_for_file
 from toolscript import Runtime, ScriptHandle
 
 from .conftest import WAIT, Hosts, gate, interruptible, open_gate, signal_file
@@ -53,17 +53,6 @@ def _awaits(hosts: Hosts, name: str) -> str:
     )
 
 
-def _runtime(hosts: Hosts) -> Runtime:
-    return Runtime(
-        state_dir=hosts.state_dir,
-        keep_interpreters=True,
-        sandbox=SANDBOX,
-        mounts={str(hosts.shared): "rw"},
-        pool_size=0,
-        grace=GRACE,
-    )
-
-
 def _taken_back(rt: Runtime, script_id: str) -> ScriptHandle:
     found = [handle for handle in rt.background if handle.id == script_id]
     assert len(found) == 1, [handle.id for handle in rt.background]
@@ -96,7 +85,7 @@ async def test_a_background_script_that_ended_while_no_host_was_attached_gives_i
     await open_gate(hosts, "go")
     await wait_for_file(hosts.shared / "finished", WAIT)  # it ends with no host attached
 
-    async with _runtime(hosts) as rt:
+    async with hosts.runtime() as rt:
         handle = _taken_back(rt, script_id)
         heard: list[str] = []
         handle.add_done_callback(lambda result: heard.append(result.status))
@@ -121,7 +110,7 @@ async def test_a_background_script_still_running_is_taken_back_and_can_be_cancel
     code = signal_file(hosts, "started") + _awaits(hosts, "never")
     script_id, _ = await _started(hosts, code, 60)
 
-    async with _runtime(hosts) as rt:
+    async with hosts.runtime() as rt:
         handle = _taken_back(rt, script_id)
         assert handle.status() == "running"
         result = await asyncio.wait_for(handle.cancel("cancelled by the test"), WAIT)
@@ -141,7 +130,7 @@ async def test_the_keeper_holds_a_background_scripts_time_limit_while_no_host_is
     script_id, _ = await _started(hosts, code, 1.0)
     await wait_for_file(stopped, WAIT)  # no host is attached: only the keeper can stop it
 
-    async with _runtime(hosts) as rt:
+    async with hosts.runtime() as rt:
         result = await asyncio.wait_for(_taken_back(rt, script_id).result(), WAIT)
         assert result.status == "time_limit", result.text
 
@@ -157,6 +146,6 @@ async def test_a_background_script_a_second_restart_finds_again_is_taken_back_ag
     await second.kill()
     (hosts.shared / "go").touch()
 
-    async with _runtime(hosts) as rt:
+    async with hosts.runtime() as rt:
         result = await asyncio.wait_for(_taken_back(rt, script_id).result(), WAIT)
         assert (result.status, result.value) == ("ok", "'done'"), result.text

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from tests.conftest import GRACE, SANDBOX, wait_for_file
+from tests.conftest import wait_for_file
 from toolscript import Runtime
 
 from .conftest import WAIT, Hosts, gate, interruptible, open_gate, signal_file
@@ -18,16 +18,7 @@ from .tools import count, effect_tools
 def _runtime(hosts: Hosts) -> Runtime:
     # A bound on the answer to `held` longer than any wait of these tests: a host that waited
     # for a blocked script's answer before it went on would fail them on that bound.
-    return Runtime(
-        tools=effect_tools(str(hosts.shared), hold=False),
-        state_dir=hosts.state_dir,
-        keep_interpreters=True,
-        sandbox=SANDBOX,
-        mounts={str(hosts.shared): "rw"},
-        pool_size=0,
-        grace=GRACE,
-        start_timeout=3 * WAIT,
-    )
+    return hosts.runtime(tools=effect_tools(str(hosts.shared), hold=False), start_timeout=3 * WAIT)
 
 
 async def _started(hosts: Hosts) -> Runtime:

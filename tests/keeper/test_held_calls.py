@@ -10,7 +10,6 @@ import signal
 
 import pytest
 
-from tests.conftest import GRACE, SANDBOX
 from toolscript import Runtime
 from toolscript.host.journal import ANSWER_KEPT
 
@@ -19,15 +18,7 @@ from .tools import count, effect_tools
 
 
 def _runtime(hosts: Hosts) -> Runtime:
-    return Runtime(
-        tools=effect_tools(str(hosts.shared), hold=False),
-        state_dir=hosts.state_dir,
-        keep_interpreters=True,
-        sandbox=SANDBOX,
-        mounts={str(hosts.shared): "rw"},
-        pool_size=0,
-        grace=GRACE,
-    )
+    return hosts.runtime(tools=effect_tools(str(hosts.shared), hold=False))
 
 
 _CATCH = (

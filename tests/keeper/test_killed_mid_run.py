@@ -10,22 +10,7 @@ import signal
 
 import pytest
 
-from tests.conftest import GRACE, SANDBOX
-from toolscript import Runtime
-
 from .conftest import STEPS, WAIT, Hosts
-
-
-def _runtime(hosts: Hosts) -> Runtime:
-    return Runtime(
-        state_dir=hosts.state_dir,
-        keep_interpreters=True,
-        sandbox=SANDBOX,
-        mounts={str(hosts.shared): "rw"},
-        pool_size=0,
-        grace=GRACE,
-    )
-
 
 NOTHING_RAN = "none of it ran"
 
@@ -50,7 +35,7 @@ async def test_a_host_killed_right_after_any_step_of_a_run_leaves_the_script_end
     assert await asyncio.wait_for(host.process.wait(), WAIT) == -signal.SIGKILL
     recovered_expected, x_after = EXPECTED[step]
 
-    async with _runtime(hosts) as rt:
+    async with hosts.runtime() as rt:
         shell = rt.shell("main")
         recovered = await asyncio.wait_for(shell.recovered(), WAIT)
         after = await shell.run("x")

@@ -11,23 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GRACE, SANDBOX, eventually, is_gone, wait_for_file
-from toolscript import Runtime
+from tests.conftest import GRACE, eventually, is_gone, wait_for_file
 from toolscript.kernel.keeper import BOARD, SLOT
 
 from .conftest import WAIT, Hosts, gate, interruptible, keeper_notes, open_gate, signal_file
-
-
-def _runtime(hosts: Hosts, **knobs: object) -> Runtime:
-    knobs.setdefault("grace", GRACE)
-    return Runtime(
-        state_dir=hosts.state_dir,
-        keep_interpreters=True,
-        sandbox=SANDBOX,
-        mounts={str(hosts.shared): "rw"},
-        pool_size=0,
-        **knobs,  # type: ignore[arg-type]
-    )
 
 
 @pytest.mark.timeout(90)
@@ -43,7 +30,7 @@ async def test_a_shell_taken_back_keeps_its_variables_and_its_running_script_fin
     assert not is_gone(kernel), "the kernel died with its host"
     await open_gate(hosts, "go")  # the script goes on while no host is attached
 
-    async with _runtime(hosts) as rt:
+    async with hosts.runtime() as rt:
         shell = rt.shell("main")
         assert shell.generation == 1
         recovered = await asyncio.wait_for(shell.recovered(), WAIT)
@@ -68,7 +55,7 @@ async def test_the_keeper_interrupts_a_script_past_its_time_limit_while_no_host_
     await hosts.kill_when("started", code, 1.0)
     await wait_for_file(stopped, WAIT)  # no host is attached: only the keeper can stop it
 
-    async with _runtime(hosts) as rt:
+    async with hosts.runtime() as rt:
         recovered = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
         assert recovered is not None and recovered.status == "time_limit", recovered.text
         after = await rt.shell("main").run("x")
@@ -91,7 +78,7 @@ async def test_the_keeper_kills_a_script_that_ignores_the_interrupt_after_the_gr
     await host.kill()
     await eventually(lambda: is_gone(kernel), WAIT, "the keeper did not kill the interpreter")
 
-    async with _runtime(hosts) as rt:
+    async with hosts.runtime() as rt:
         recovered = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
         assert recovered is not None and recovered.status == "time_limit", recovered.text
         assert recovered.interpreter_killed if hasattr(recovered, "interpreter_killed") else True
@@ -113,14 +100,14 @@ async def test_the_keeper_ends_interpreters_no_host_takes_back_in_the_window_and
     await eventually(lambda: is_gone(keeper), WAIT, "the keeper did not exit")
     assert not (hosts.state_dir / "keeper.sock").exists()
 
-    async with _runtime(hosts) as rt:
+    async with hosts.runtime() as rt:
         result = await rt.shell("main").run("'x' in globals()")
         assert (result.status, result.value) == ("ok", "False"), result.text
 
 
 @pytest.mark.timeout(60)
 async def test_every_interpreter_dies_with_the_keeper(hosts: Hosts) -> None:
-    async with _runtime(hosts) as rt:
+    async with hosts.runtime() as rt:
         await rt.shell("main").run("x = 1")
         kernel = rt.shell("main")._interpreter.kernel_pid()  # type: ignore[union-attr]
         assert kernel is not None
@@ -135,7 +122,7 @@ async def test_every_interpreter_dies_with_the_keeper(hosts: Hosts) -> None:
 async def test_the_keeper_socket_is_private_and_the_keeper_exits_with_the_runtime(
     hosts: Hosts,
 ) -> None:
-    async with _runtime(hosts) as rt:
+    async with hosts.runtime() as rt:
         result = await rt.run("1 + 1")
         assert result.value == "2", result.text
         socket_path = hosts.state_dir / "keeper.sock"
@@ -143,7 +130,7 @@ async def test_the_keeper_socket_is_private_and_the_keeper_exits_with_the_runtim
         assert stat.S_ISSOCK(socket_path.stat().st_mode)
         [keeper] = hosts.keeper()
         with pytest.raises(Exception, match="another host is attached"):
-            await _runtime(hosts).start()
+            await hosts.runtime().start()
     await eventually(lambda: is_gone(keeper), WAIT, "the keeper outlived its last host")
     assert not Path(socket_path).exists()
 
@@ -173,7 +160,7 @@ async def test_a_script_whose_end_the_dead_host_read_and_never_reported_is_not_k
     )
     assert not is_gone(kernel)
 
-    async with _runtime(hosts) as rt:
+    async with hosts.runtime() as rt:
         recovered = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
         assert recovered is not None
         assert (recovered.status, recovered.script_id) == ("ok", script_id), recovered.text
