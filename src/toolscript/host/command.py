@@ -53,6 +53,10 @@ def template_command(
     return sandbox.command(command) if sandbox is not None else command
 
 
+_kernel_compiled = False
+"""Whether this process has looked at the kernel's bytecode (once is enough)."""
+
+
 def compile_kernel() -> None:
     """Compile the kernel's modules if their bytecode is missing or older than their source.
 
@@ -62,6 +66,10 @@ def compile_kernel() -> None:
     (`PYTHONDONTWRITEBYTECODE`); this writes it once either way, as an install would. A
     folder that cannot be written is left as it is.
     """
+    global _kernel_compiled
+    if _kernel_compiled:
+        return
+    _kernel_compiled = True
     import importlib.util
 
     try:
