@@ -104,3 +104,79 @@ def test_a_head_start_nobody_takes_ends_with_the_process(state: Path, tmp_path: 
     shells_root, _pid = done.stdout.split()
     assert processes_with(shells_root) == []
     assert not Path(shells_root).exists()
+
+
+def test_exec_with_its_default_settings_begins_before_it_parses_and_uses_it(
+    state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolscript import cli
+    from toolscript.cli import early
+
+    (tmp_path / "script.py").write_text("print(open('data.txt').read())")
+    (tmp_path / "data.txt").write_text("seen")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TOOLSCRIPT_STATE", str(state))
+    abandoned: list[headstart.HeadStart] = []
+    abandon = headstart.HeadStart.abandon
+    monkeypatch.setattr(
+        headstart.HeadStart, "abandon", lambda head: (abandoned.append(head), abandon(head))[1]
+    )
+    argv = ["exec", "script.py", "--journal", ":memory:"]
+
+    early.begin_exec(argv)
+    head = headstart._pending
+    assert head is not None and head.process.poll() is None
+    assert cli.run(argv) == 0
+    assert "seen" in capsys.readouterr().out
+    assert abandoned == []  # claimed, and its template served the interpreter
+    assert head.process.poll() is not None
+    assert processes_with(str(head.shells_root)) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["exec", "s.py", "--sandbox", "off"],
+        ["exec", "s.py", "--sandbox=required"],
+        ["exec", "s.py", "--mount", "/data"],
+        ["exec", "s.py", "--net"],  # an abbreviation argparse accepts for --network
+        ["exec", "s.py", "--cwd", "/elsewhere"],
+        ["exec", "--no-cwd", "s.py"],
+        ["exec", "-h"],
+        ["exec", "--he"],
+        ["tools"],
+        [],
+    ],
+)
+def test_no_early_head_start_when_the_arguments_may_change_its_settings(
+    state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    from toolscript.cli import early
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TOOLSCRIPT_STATE", str(state))
+    early.begin_exec(argv)
+    assert headstart._pending is None
+
+
+def test_exec_whose_early_guess_was_wrong_ends_it_and_still_runs(
+    state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A head start begun from the raw arguments for settings the runtime then does not open
+    with (here: another folder than the one the guess showed) is ended, not used."""
+    from toolscript import cli
+    from toolscript.cli import early
+
+    (tmp_path / "script.py").write_text("import os; print(os.getcwd())")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TOOLSCRIPT_STATE", str(state))
+    early.begin_exec(["exec", "script.py"])
+    head = headstart._pending
+    assert head is not None
+
+    assert cli.run(["exec", "script.py", "--journal", ":memory:", "--cwd", str(elsewhere)]) == 0
+    assert str(elsewhere.resolve()) in capsys.readouterr().out
+    assert head.process.poll() is not None
+    assert processes_with(str(head.shells_root)) == []

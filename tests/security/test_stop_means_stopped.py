@@ -124,6 +124,37 @@ async def test_a_spinning_thread_and_a_fork_bomb_are_gone_after_the_runtime_clos
     await eventually(gone, 1.0, "the interpreter outlived the runtime")
 
 
+@pytest.mark.parametrize(
+    "fork", [True, False], ids=["forked-from-the-runtime's-template", "a-template-of-its-own"]
+)
+async def test_the_process_limit_is_the_number_given_however_the_interpreter_started(
+    make_runtime: MakeRuntime, fork: bool
+) -> None:
+    """The kernel and what it starts are held to `limits["processes"]`: an interpreter forked
+    from the runtime's template is moved into its cgroup by its init; one whose template was
+    started for it alone (`fork=False`, the command line's) is born in it, with its template
+    and init, and the limit counts those two apart. Either way the script gets what it was
+    given: the kernel itself, and 49 more."""
+    runtime = await make_runtime(limits={"processes": 50}, fork=fork)
+    result = await runtime.run(
+        "import os, time\n"
+        "made = 0\n"
+        "for _ in range(200):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if pid == 0:\n"
+        "        time.sleep(300)\n"
+        "        os._exit(0)\n"
+        "    made += 1\n"
+        "print(made)\n",
+        time_limit=20,
+    )
+    assert result.status == "ok", result.text
+    assert int(result.stdout) == 49, result.stdout
+
+
 async def test_a_fork_bomb_is_held_to_the_process_limit_and_ends_with_the_stop(
     make_runtime: MakeRuntime,
 ) -> None:

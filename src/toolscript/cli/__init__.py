@@ -12,41 +12,31 @@ extra, a missing API key.
 
 from __future__ import annotations
 
-import argparse
 import atexit
-import contextlib
 import os
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import agent, calls, exec, serve, tools
-from .options import HelpFormatter, UsageError
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
 
 __all__ = ["build_parser", "main", "run"]
 
 
-class _Version(argparse.Action):
-    """`--version`: looked up only when asked for (reading package metadata takes time)."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)  # type: ignore[arg-type]
-
-    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
-        from .. import __version__
-
-        print(f"toolscript {__version__}")
-        parser.exit()
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the whole command line."""
+    import argparse
+
+    from . import agent, calls, exec, serve, tools
+    from .options import HelpFormatter, Version
+
     parser = argparse.ArgumentParser(
         prog="toolscript",
         description="Run agent-written Python that calls tools, and report exactly what it did.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--version", action=_Version, help="Print toolscript's version and exit.")
+    parser.add_argument("--version", action=Version, help="Print toolscript's version and exit.")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command")
     for module in (exec, tools, calls, agent, serve):
         module.add_parser(commands)
@@ -55,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line on `argv` (default: `sys.argv[1:]`); its exit status."""
+    from .options import UsageError
+
     parser = build_parser()
     arguments = list(sys.argv[1:] if argv is None else argv)
     if not arguments:
@@ -80,7 +72,13 @@ def main() -> None:
     processes ended and its journal written. What the interpreter would do after that (tear
     down every module, collect the garbage) changes nothing but the time the command takes,
     so the exit handlers run and the process ends.
+
+    `exec` with its default settings begins its interpreter before anything else is imported
+    or parsed (`early`).
     """
+    from .early import begin_exec
+
+    begin_exec(sys.argv[1:])
     status = run()
     if sys.dont_write_bytecode:
         _cache_own_bytecode()
@@ -104,7 +102,9 @@ def _cache_own_bytecode() -> None:
     source, compile the package's modules once, as an install would; a folder that cannot be
     written is left as it is.
     """
+    import contextlib
     import importlib.util
+    from pathlib import Path
 
     package = Path(__file__).resolve().parent.parent
     for probe in (package / "runtime.py", package / "kernel" / "runner.py"):

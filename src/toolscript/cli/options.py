@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,19 @@ from typing import Any
 class UsageError(Exception):
     """A mistake in how a command was called (a bad value, a missing file, a missing extra or
     API key): printed as one line, and the command exits with status 2."""
+
+
+class Version(argparse.Action):
+    """`--version`: looked up only when asked for (reading package metadata takes time)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from .. import __version__
+
+        print(f"toolscript {__version__}")
+        parser.exit()
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

@@ -40,13 +40,22 @@ def kernel_command(python: str, entry: str, *args: str) -> list[str]:
 
 
 def template_command(
-    python: str, preload: Sequence[str], sandbox: Sandbox | None, control: str, *, kept: bool
+    python: str,
+    preload: Sequence[str],
+    sandbox: Sandbox | None,
+    control: str,
+    *,
+    kept: bool,
+    cgroup: str | None = None,
 ) -> list[str]:
     """The command that starts a template whose control socket is descriptor `control`;
-    `kept`: a keeper starts it, and its unconfined kernels die with it."""
+    `kept`: a keeper starts it, and its unconfined kernels die with it; `cgroup`: the cgroup
+    (under the sandbox's) of the one kernel it will fork, which it moves into as it starts."""
     settings: dict[str, Any] = {"preload": list(preload)}
     if sandbox is not None:
         settings["sandbox"] = sandbox.template_config()
+        if cgroup is not None:
+            settings["cgroup"] = cgroup
     if kept:
         settings["kept"] = True
     command = kernel_command(python, "template", control, json.dumps(settings))

@@ -24,7 +24,6 @@ import atexit
 import contextlib
 import os
 import select
-import shutil
 import socket
 import subprocess
 import sys
@@ -49,6 +48,8 @@ class HeadStart(NamedTuple):
     sandbox: Sandbox
     process: subprocess.Popen[bytes]
     control: socket.socket
+    cgroup: str | None
+    """The cgroup of its one kernel, which the template moves into as it starts."""
 
     def abandon(self) -> None:
         """End it and everything in its sandbox, and remove what was made for it."""
@@ -64,7 +65,7 @@ class HeadStart(NamedTuple):
             select.select([pidfd], [], [], 2.0)  # readable once that process has ended
             os.close(pidfd)
         self.sandbox.close()
-        shutil.rmtree(self.shells_root, ignore_errors=True)
+        _remove(self.shells_root)
 
 
 _pending: HeadStart | None = None
@@ -98,7 +99,10 @@ def begin(
         shells_root.rmdir()
         return False
     host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    command = template_command(python, (), sandbox, str(template_end.fileno()), kept=False)
+    cgroup = sandbox.new_cgroup()
+    command = template_command(
+        python, (), sandbox, str(template_end.fileno()), kept=False, cgroup=cgroup
+    )
     try:
         process = subprocess.Popen(
             command,
@@ -112,12 +116,12 @@ def begin(
     except OSError:
         host_end.close()
         sandbox.close()
-        shutil.rmtree(shells_root, ignore_errors=True)
+        _remove(shells_root)
         return False
     finally:
         template_end.close()
     _pending = HeadStart(
-        _key(python, env, mounts, network), shells_root, sandbox, process, host_end
+        _key(python, env, mounts, network), shells_root, sandbox, process, host_end, cgroup
     )
     atexit.register(_abandon)
     return True
@@ -141,3 +145,9 @@ def _abandon() -> None:
     found, _pending = _pending, None
     if found is not None:
         found.abandon()
+
+
+def _remove(folder: Path) -> None:
+    import shutil  # not before the template is spawned: only a head start that ends needs it
+
+    shutil.rmtree(folder, ignore_errors=True)

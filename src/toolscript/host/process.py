@@ -167,12 +167,20 @@ class KernelProcess:
         try:
             head = launch.head_start
             if head is not None:
+                self._cgroup = head.cgroup
                 self._own_template = await Template.adopt(
                     head.process, head.control, launch.start_timeout
                 )
             else:
+                self._cgroup = sandbox.new_cgroup()
                 self._own_template = await Template.start(
-                    launch.python, (), launch.env, launch.start_timeout, sandbox, alone=True
+                    launch.python,
+                    (),
+                    launch.env,
+                    launch.start_timeout,
+                    sandbox,
+                    alone=True,
+                    cgroup=self._cgroup,
                 )
             channel = await self._fork(self._own_template, preload=launch.preload)
             self.forked = False  # a fresh Python of its own, as a spawned one is
@@ -190,12 +198,14 @@ class KernelProcess:
         launch = self.launch
         extra: dict[str, Any] = {}
         if launch.sandbox is not None:
-            self._cgroup = launch.sandbox.new_cgroup()
+            # A template of its own (`_fork_alone`) was started in the kernel's cgroup.
+            if self._cgroup is None:
+                self._cgroup = launch.sandbox.new_cgroup()
             processes = launch.limits.get("processes")
             extra = {
                 "cgroup": self._cgroup,
-                # The init counts too: the script gets the number it was given.
-                "processes": processes + 1 if processes is not None else None,
+                # The kernel and what it starts; the init stays out of it.
+                "processes": processes,
                 "preload": list(preload),
             }
         forked = await template.fork(

@@ -32,13 +32,11 @@ is, and `process_limit` says so.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..kernel.init import TEMPLATE_CGROUP
 from .cgroups import make_cgroup
 from .command import KERNEL_DIR
 from .paths import SYSTEM as _SYSTEM
@@ -129,6 +127,8 @@ def find_bwrap() -> str | None:
             return path
     except (ImportError, OSError, AttributeError):
         pass
+    import shutil
+
     return shutil.which("bwrap")
 
 
@@ -250,6 +250,8 @@ class Sandbox:
         """Remove every cgroup this runtime made (its processes are gone by now)."""
         if self.cgroup is None:
             return
+        from ..kernel.init import TEMPLATE_CGROUP
+
         for name in [*self._cgroups, TEMPLATE_CGROUP]:
             self.drop_cgroup(name)
         try:
@@ -290,7 +292,10 @@ def prepare_remembered(
     when `cache` remembers that the check passed on this machine; otherwise None (the
     runtime then checks, as usual)."""
     try:
-        sandbox = _sandbox(python, env, shells_root, mounts, network)
+        # The remembered check ran the seccomp filter on this machine (its architecture is
+        # in the fingerprint), so whether one is written for it is not asked again: that
+        # would load ctypes before the template is spawned.
+        sandbox = _sandbox(python, env, shells_root, mounts, network, seccomp_known=True)
     except SandboxError:
         return None
     key = (sandbox.bwrap, sandbox.privileged, sandbox.network)
@@ -307,15 +312,19 @@ def prepare_remembered(
 
 
 def _sandbox(
-    python: str, env: Mapping[str, str], shells_root: Path, mounts: list[Mount], network: bool
+    python: str,
+    env: Mapping[str, str],
+    shells_root: Path,
+    mounts: list[Mount],
+    network: bool,
+    *,
+    seccomp_known: bool = False,
 ) -> Sandbox:
     if not sys.platform.startswith("linux"):
         raise SandboxError(f"the sandbox needs Linux (this is {sys.platform})")
     if not hasattr(os, "pidfd_open"):
         raise SandboxError("the sandbox needs pidfd_open (Linux 5.3 or newer)")
-    from ..kernel import confine
-
-    if not confine.seccomp_supported():
+    if not seccomp_known and not _seccomp_supported():
         raise SandboxError("no seccomp filter is written for this machine's architecture")
     bwrap = find_bwrap()
     if bwrap is None:
@@ -382,9 +391,15 @@ async def _try(sandbox: Sandbox, cache: Path | None) -> None:
         raise SandboxError(problem)
 
 
+def _seccomp_supported() -> bool:
+    from ..kernel import confine
+
+    return confine.seccomp_supported()
+
+
 def _fingerprint(sandbox: Sandbox) -> str:
     parts: list[object] = [sandbox.bwrap, sandbox.privileged, sandbox.network, os.geteuid()]
-    parts.append(os.uname().release)
+    parts += [os.uname().release, os.uname().machine]
     for path in (sandbox.bwrap, KERNEL_DIR / "confine.py", KERNEL_DIR / "init.py"):
         try:
             info = os.stat(path)
@@ -412,9 +427,13 @@ def _remember(cache: Path, fingerprint: str) -> None:
 
 
 def _digest(fingerprint: str) -> str:
-    import hashlib
+    # A name that spreads fingerprints over files, not a guard: the file holds the whole
+    # fingerprint, compared on reading. (`hashlib` would load OpenSSL before the head start's
+    # template is spawned.)
+    from binascii import crc32
 
-    return hashlib.sha256(fingerprint.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    data = fingerprint.encode("utf-8", "surrogatepass")
+    return f"{crc32(data):08x}{crc32(data[::-1]):08x}{len(data):x}"
 
 
 async def _probe(sandbox: Sandbox) -> str | None:

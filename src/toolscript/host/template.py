@@ -99,16 +99,20 @@ class Template:
         sandbox: Sandbox | None = None,
         *,
         alone: bool = False,
+        cgroup: str | None = None,
     ) -> Template:
         """Start the template and wait (bounded) until it has imported `preload`; inside
         `sandbox` when given (then every kernel it forks is confined, see `kernel.init`).
 
         `alone`: it will fork a single kernel, whose start-up it is; errors say "the kernel".
+        `cgroup`: that kernel's cgroup, which the template moves into as it starts.
         """
         name = "the kernel" if alone else "the template"
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         host_end.setblocking(False)
-        command = template_command(python, preload, sandbox, str(template_end.fileno()), kept=False)
+        command = template_command(
+            python, preload, sandbox, str(template_end.fileno()), kept=False, cgroup=cgroup
+        )
         # Not cancelled halfway: asyncio's own clean-up of a process cancelled while it is
         # made can wait for ever. A cancel waits for the process, then ends it.
         making = asyncio.ensure_future(

@@ -6,9 +6,9 @@ it), `RLIMIT_NPROC` (not counted for root), and a kernel that is PID 1 itself (P
 every signal it has no handler for, `os.kill(os.getpid(), 9)` included, and it would have
 to reap orphans whose status belongs to the script's own `subprocess` calls). What we do: the
 template forks this init into a new PID namespace; the init makes a new mount namespace
-(a private `/tmp`, the namespace's own `/proc`, the runtime's extra mounts, a process-count
-cgroup when the host gave one), then forks the kernel as PID 2, which locks itself down
-before it serves a script. When the kernel dies, for whatever reason, the init exits and the
+(a private `/tmp`, the namespace's own `/proc`, the runtime's extra mounts), then forks the
+kernel as PID 2, which locks itself down before it serves a script, and moves it into the
+process-count cgroup the host gave, if any, meanwhile. When the kernel dies, for whatever reason, the init exits and the
 kernel (Linux) kills every process left in the namespace: setsid and double forks included.
 The kernel ends them itself after a stop (`kill(-1, SIGKILL)` spares only PID 1 and the
 caller).
@@ -62,8 +62,18 @@ def become_init(
             os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o600))
         confine.bind(source, target, writable=bool(writable))
     cgroup = request.get("cgroup")
-    if isinstance(cgroup, str) and cgroup:
-        join_cgroup(f"{STAGING}/cgroup/{cgroup}", request.get("processes"))
+    path = f"{STAGING}/cgroup/{cgroup}" if isinstance(cgroup, str) and cgroup else None
+    processes = request.get("processes")
+    failure = None
+    if path is not None and request.get("inherited"):
+        # The template moved into it when it started, for this kernel alone
+        # (`toolscript.kernel.template._Joining`): the init and the kernel are born in it,
+        # and the limit counts the template and the init too.
+        try:
+            set_process_limit(path, processes + 2 if isinstance(processes, int) else None)
+        except OSError as error:
+            failure = f"the interpreter's process limit could not be set: {error}"
+        path = None
     kernel_end, init_end = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -73,30 +83,50 @@ def become_init(
     kernel_end.close()
     for fd in kernel_fds:
         os.close(fd)
-    _serve(init_end, pid, status_fd, config)
+    # The kernel is moved into its cgroup while it locks itself down and greets the host:
+    # a move waits for the OS kernel's RCU grace period (10-20 ms on the machines measured),
+    # which, made before the fork, every interpreter's start waited for. It is safe here:
+    # the kernel runs nothing of a script, and starts no process, before the init has
+    # answered its setup, which the init does only after the move.
+    if path is not None:
+        try:
+            join_cgroup(path, processes, pid)
+        except OSError as error:
+            failure = f"the interpreter could not be put in its cgroup: {error}"
+    _serve(init_end, pid, status_fd, config, failure)
     os._exit(0)  # not reached
 
 
-def join_cgroup(path: str, processes: object = None) -> None:
-    """Move this process into the cgroup at `path`, made if need be, with `processes` as its
-    process limit if it is a positive number."""
+def set_process_limit(path: str, processes: object) -> None:
+    """Make the cgroup at `path` if need be, with `processes` as its process limit if it is
+    a positive number."""
+    os.makedirs(path, exist_ok=True)
+    if isinstance(processes, int) and processes > 0:
+        with open(f"{path}/pids.max", "w") as limit:
+            limit.write(str(processes))
+
+
+def join_cgroup(path: str, processes: object = None, pid: int | None = None) -> None:
+    """Move process `pid` (default: this one) into the cgroup at `path`, made if need be,
+    with `processes` as its process limit if it is a positive number."""
     for attempt in range(3):
         try:
-            os.makedirs(path, exist_ok=True)
-            if isinstance(processes, int) and processes > 0:
-                with open(f"{path}/pids.max", "w") as limit:
-                    limit.write(str(processes))
+            set_process_limit(path, processes)
             with open(f"{path}/cgroup.procs", "w") as procs:
-                procs.write(str(os.getpid()))
+                procs.write(str(os.getpid() if pid is None else pid))
             return
         except FileNotFoundError:
-            # Made, then removed before this process was in it: another runtime's host,
-            # sweeping cgroups that no process is in (`toolscript.host.sandbox`).
+            # Made, then removed before the process was in it: another runtime's host,
+            # sweeping cgroups that no process is in (`toolscript.host.cgroups`).
             if attempt == 2:
                 raise
 
 
-def _serve(control: socket.socket, kernel: int, status_fd: int, config: dict[str, Any]) -> None:
+def _serve(
+    control: socket.socket, kernel: int, status_fd: int, config: dict[str, Any], failure: str | None
+) -> None:
+    """Answer the kernel's one setup request (with `failure`, when there is one, instead of
+    doing it), then wait for the kernel's end and report its status."""
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
@@ -118,7 +148,7 @@ def _serve(control: socket.socket, kernel: int, status_fd: int, config: dict[str
                     control.close()
                     sealed = True
                     continue
-                answer = _setup(data)
+                answer = _setup(data) if failure is None else {"error": failure}
                 sealed = True
                 _seal(config)
                 try:

@@ -10,7 +10,8 @@ a kernel with those as its channel and its fd 1 and 2.
 Fork safety. Goal: a forked child must not inherit a lock that another thread held at the
 fork. What fails: forking a process with Python threads (a thread may hold the import lock,
 a logging lock, a buffered stream's lock). What we do: the template runs no threads of its
-own and no event loop, holds no wire or journal state, and after the preload checks that no
+own once it is ready (the one that moves it into a cgroup during its start, `_Joining`, has
+ended by then) and no event loop, holds no wire or journal state, and after the preload checks that no
 Python thread was started; if one was, it says so in `ready` and the host does not use it.
 Native threads started by libraries at import (OpenBLAS's pool) register their own fork
 handlers and are not counted.
@@ -56,20 +57,28 @@ def main(argv: list[str]) -> None:
     close_inherited({int(argv[0])})
     control = socket.socket(fileno=int(argv[0]))
     config: dict[str, Any] = json.loads(argv[1]) if len(argv) > 1 else {}
-    from . import runner  # noqa: F401 - imported now so every child has it loaded
-
     _kept = config.get("kept") is True
+    joining: _Joining | None = None
 
     if isinstance(config.get("sandbox"), dict):
         from . import confine, init  # noqa: F401 - loaded once, for every child
 
         _sandbox = config["sandbox"]
         _own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY)
-        if os.path.isdir(f"{init.STAGING}/cgroup"):
-            # In a cgroup of its own under the runtime's, so that the runtime's is not empty
-            # while the template lives, even after the host that made it is gone: a keeper's
-            # template forks into it (see `sweep_cgroups` in `toolscript.host.sandbox`).
+        cgroup = config.get("cgroup")
+        if isinstance(cgroup, str) and cgroup and os.path.isdir(f"{init.STAGING}/cgroup"):
+            joining = _Joining(cgroup)
+        if _kept and os.path.isdir(f"{init.STAGING}/cgroup"):
+            # A keeper's template outlives the host that made it, and forks into the
+            # runtime's cgroup after that host is gone: in a cgroup of its own under the
+            # runtime's, it keeps the runtime's from being swept as empty (`sweep_cgroups` in
+            # `toolscript.host.cgroups`). Any other template ends with its host, whose
+            # cgroups are never swept while it lives, so it is not moved: a move into a
+            # cgroup waits for the kernel's RCU grace period (5-15 ms here), and a template
+            # that is not ready yet is what a one-script command waits for.
             init.join_cgroup(f"{init.STAGING}/cgroup/{init.TEMPLATE_CGROUP}")
+
+    from . import runner  # noqa: F401 - imported now so every child has it loaded
 
     preloaded: list[str] = []
     failures: list[list[str]] = []
@@ -82,6 +91,8 @@ def main(argv: list[str]) -> None:
     # Objects made so far move to a generation the collector never visits: a forked child's
     # collections would otherwise write to every inherited object and copy its pages, undoing
     # the sharing that makes a forked interpreter cheap.
+    if joining is not None:
+        joining.finish()
     gc.collect()
     gc.freeze()
     threads = [
@@ -182,6 +193,46 @@ def _fork(
         os.close(fd)
 
 
+_joined_cgroup: str | None = None
+"""The cgroup of the one kernel a template started for it alone is in, from its start."""
+
+
+class _Joining:
+    """A template started for one kernel moves into that kernel's cgroup while it imports.
+
+    Goal: a sandboxed kernel is in its process-count cgroup before it runs a script, and a
+    one-script command does not wait for the move. What fails: moving the kernel when it is
+    forked. A move into a cgroup waits for the OS kernel's RCU grace period, 10-20 ms on the
+    machines measured, all of it on the way to the script's first line. What we do: a
+    template that will fork a single kernel (`alone`) is told that kernel's cgroup, and moves
+    into it on a thread of its own while its main thread imports the kernel (60 ms and
+    more); the init and the kernel it forks are then born in it, and the init only sets the
+    limit. The thread has ended before the template says it is ready, so it forks with no
+    thread but its own, as ever. If the move fails, the init moves the kernel as usual.
+    """
+
+    def __init__(self, cgroup: str) -> None:
+        self.cgroup = cgroup
+        self.done = False
+        self.thread = threading.Thread(target=self._join, name="toolscript-cgroup", daemon=True)
+        self.thread.start()
+
+    def _join(self) -> None:
+        from .init import STAGING, join_cgroup
+
+        try:
+            join_cgroup(f"{STAGING}/cgroup/{self.cgroup}")
+            self.done = True
+        except OSError:
+            pass
+
+    def finish(self) -> None:
+        global _joined_cgroup
+        self.thread.join()
+        if self.done:
+            _joined_cgroup = self.cgroup
+
+
 def _restore_pid_namespace() -> None:
     if _sandbox is not None:
         from .confine import setns
@@ -205,6 +256,8 @@ def _become_sandboxed_kernel(
     channel, out, err = kernel_fds
     # The status pipes are of the template's other children.
     _leave_template(control, (*wake, _own_pid_namespace, _selector_fd, *_status_pipes.values()))
+    if _joined_cgroup is not None and request.get("cgroup") == _joined_cgroup:
+        request = {**request, "inherited": True}
     init_socket = init.become_init(sandbox, request, status, kernel_fds)
     os.setsid()  # the kernel leads its own session, as an unconfined one does
     signal.signal(signal.SIGINT, signal.default_int_handler)
