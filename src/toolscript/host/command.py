@@ -46,16 +46,20 @@ def template_command(
     control: str,
     *,
     kept: bool,
+    alone: bool = False,
     cgroup: str | None = None,
 ) -> list[str]:
     """The command that starts a template whose control socket is descriptor `control`;
-    `kept`: a keeper starts it, and its unconfined kernels die with it; `cgroup`: the cgroup
-    (under the sandbox's) of the one kernel it will fork, which it moves into as it starts."""
+    `kept`: a keeper starts it, and its unconfined kernels die with it; `alone`: it will fork
+    a single kernel; `cgroup`: that kernel's cgroup (under the sandbox's), which the template
+    moves into as it starts."""
     settings: dict[str, Any] = {"preload": list(preload)}
     if sandbox is not None:
         settings["sandbox"] = sandbox.template_config()
         if cgroup is not None:
             settings["cgroup"] = cgroup
+    if alone:
+        settings["alone"] = True
     if kept:
         settings["kept"] = True
     command = kernel_command(python, "template", control, json.dumps(settings))

@@ -101,7 +101,7 @@ def begin(
     host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     cgroup = sandbox.new_cgroup()
     command = template_command(
-        python, (), sandbox, str(template_end.fileno()), kept=False, cgroup=cgroup
+        python, (), sandbox, str(template_end.fileno()), kept=False, alone=True, cgroup=cgroup
     )
     try:
         process = subprocess.Popen(

@@ -37,15 +37,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..kernel.staging import STAGING, TEMPLATE_CGROUP
 from .cgroups import make_cgroup
 from .command import KERNEL_DIR
 from .paths import SYSTEM as _SYSTEM
 from .paths import merge as _merge
 from .paths import python_paths
 from .paths import under as _under
-
-STAGING = "/.toolscript"
-"""Where the template sees what each interpreter's init mounts (`toolscript.kernel.init`)."""
 
 LEVEL_SANDBOX = "namespaces+seccomp"
 LEVEL_NONE = "process only"
@@ -250,8 +248,6 @@ class Sandbox:
         """Remove every cgroup this runtime made (its processes are gone by now)."""
         if self.cgroup is None:
             return
-        from ..kernel.init import TEMPLATE_CGROUP
-
         for name in [*self._cgroups, TEMPLATE_CGROUP]:
             self.drop_cgroup(name)
         try:

@@ -111,7 +111,13 @@ class Template:
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         host_end.setblocking(False)
         command = template_command(
-            python, preload, sandbox, str(template_end.fileno()), kept=False, cgroup=cgroup
+            python,
+            preload,
+            sandbox,
+            str(template_end.fileno()),
+            kept=False,
+            alone=alone,
+            cgroup=cgroup,
         )
         # Not cancelled halfway: asyncio's own clean-up of a process cancelled while it is
         # made can wait for ever. A cancel waits for the process, then ends it.

@@ -17,8 +17,6 @@ import socket
 import sys
 from typing import Any
 
-from .runner import Kernel
-
 _LIMITS = {
     "address_space": resource.RLIMIT_AS,
     "cpu_time": resource.RLIMIT_CPU,
@@ -88,6 +86,8 @@ def main(argv: list[str]) -> None:
     # way (as in a forked kernel, whose template froze it), so that a full collection in a
     # busy script walks the script's objects, not the standard library's.
     gc.freeze()
+    from .runner import Kernel  # not at the top: the template imports this module first
+
     Kernel(channel).serve()
 
 

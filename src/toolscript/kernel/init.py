@@ -32,12 +32,9 @@ import socket
 from typing import Any
 
 from . import confine
+from .staging import STAGING, TEMPLATE_CGROUP
 
-STAGING = "/.toolscript"
-"""Where the sandbox shows the runtime's shell folders (`shells`), extra mounts (`mounts/N`)
-and the process-count cgroup (`cgroup`) to the init, until it has put them in place."""
-TEMPLATE_CGROUP = "template"
-"""The cgroup a sandboxed template is in, under its runtime's."""
+__all__ = ["STAGING", "TEMPLATE_CGROUP", "become_init", "join_cgroup", "set_process_limit"]
 
 
 def become_init(

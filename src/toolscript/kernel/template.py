@@ -61,6 +61,8 @@ def main(argv: list[str]) -> None:
     joining: _Joining | None = None
 
     if isinstance(config.get("sandbox"), dict):
+        # Before the kernel's own modules: a move into a cgroup (`_Joining`) runs while
+        # they are imported.
         from . import confine, init  # noqa: F401 - loaded once, for every child
 
         _sandbox = config["sandbox"]
@@ -88,12 +90,15 @@ def main(argv: list[str]) -> None:
             preloaded.append(str(name))
         except BaseException as error:  # a preload failure is reported, not fatal
             failures.append([str(name), f"{type(error).__name__}: {error}"])
-    # Objects made so far move to a generation the collector never visits: a forked child's
-    # collections would otherwise write to every inherited object and copy its pages, undoing
-    # the sharing that makes a forked interpreter cheap.
     if joining is not None:
         joining.finish()
-    gc.collect()
+    # Objects made so far move to a generation the collector never visits: a forked child's
+    # collections would otherwise write to every inherited object and copy its pages, undoing
+    # the sharing that makes a forked interpreter cheap. The garbage is collected first,
+    # unless a single kernel will be forked (4 ms here, on the way to that kernel's script):
+    # then there are no children to share pages between, as in a spawned kernel.
+    if config.get("alone") is not True:
+        gc.collect()
     gc.freeze()
     threads = [
         thread.name for thread in threading.enumerate() if thread is not threading.main_thread()
