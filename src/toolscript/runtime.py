@@ -338,7 +338,8 @@ class Runtime:
         if workdir is not None:
             mounts.append(SandboxMount(str(workdir), str(workdir), writable=True))
         assert self._workdir is not None
-        head = headstart.claim(self.python, dict(self.settings.env), mounts, self.network)
+        first = headstart.first_kernel(workdir, self.limits, tuple(self.preload))
+        head = headstart.claim(self.python, dict(self.settings.env), mounts, self.network, first)
         if head is not None and (self.fork or self.keep_interpreters):
             head.abandon()  # interpreters come from the runtime's own template, or a keeper's
         elif head is not None:

@@ -8,14 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from toolscript import Runtime
 from toolscript import __file__ as PACKAGE
 from toolscript.host import headstart, sandbox
 from toolscript.host.sandbox import Mount
+from toolscript.host.template import Template
 
-from ..conftest import processes_with
+from ..conftest import eventually, processes_with
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -121,14 +123,19 @@ def test_exec_with_its_default_settings_begins_before_it_parses_and_uses_it(
     monkeypatch.setattr(
         headstart.HeadStart, "abandon", lambda head: (abandoned.append(head), abandon(head))[1]
     )
+    forks: list[object] = []
+    fork = Template.fork
+    monkeypatch.setattr(Template, "fork", lambda *a, **k: (forks.append(a), fork(*a, **k))[1])
     argv = ["exec", "script.py", "--journal", ":memory:"]
 
     early.begin_exec(argv)
     head = headstart._pending
     assert head is not None and head.process.poll() is None
+    assert head.asked is not None  # the kernel was asked for at once
     assert cli.run(argv) == 0
     assert "seen" in capsys.readouterr().out
     assert abandoned == []  # claimed, and its template served the interpreter
+    assert forks == []  # with the kernel it had forked before the runtime opened
     assert head.process.poll() is not None
     assert processes_with(str(head.shells_root)) == []
 
@@ -180,3 +187,60 @@ def test_exec_whose_early_guess_was_wrong_ends_it_and_still_runs(
     assert str(elsewhere.resolve()) in capsys.readouterr().out
     assert head.process.poll() is not None
     assert processes_with(str(head.shells_root)) == []
+
+
+@pytest.mark.parametrize(
+    "other",
+    [{"limits": {"open_files": 100}}, {"preload": ["fractions"]}],
+    ids=["other-limits", "a-preload"],
+)
+async def test_a_kernel_asked_for_other_settings_is_ended_with_its_head_start(
+    state: Path, tmp_path: Path, other: dict[str, object]
+) -> None:
+    """A head start whose kernel was forked at once for the default limits and no preload is
+    not used by a runtime whose first kernel would have other ones: the runtime's kernel
+    has what the runtime says."""
+    folder = str(tmp_path.resolve())
+    assert headstart.begin(
+        env={}, mounts=work_mount(tmp_path), network=False, state=state, cwd=folder
+    )
+    head = headstart._pending
+    assert head is not None and head.asked is not None
+
+    async with Runtime(
+        state_dir=state, journal=":memory:", fork=False, pool_size=0, workdir=tmp_path, **other
+    ) as rt:
+        assert head.process.poll() is not None
+        assert processes_with(str(head.shells_root)) == []
+        result = await rt.shell("one").run(
+            "import resource, sys\n"
+            "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 'fractions' in sys.modules)"
+        )
+        assert result.status == "ok", result.text
+        limit, preloaded = result.stdout.split()
+        assert (limit == "100") == ("limits" in other)
+        assert (preloaded == "True") == ("preload" in other)
+
+
+async def test_a_kernel_forked_before_the_runtime_opens_is_taken_from_its_answer(
+    state: Path, tmp_path: Path
+) -> None:
+    """The template's answer to the fork the head start asked for may come before the
+    runtime awaits it (here: the kernel is running before the runtime opens)."""
+    folder = str(tmp_path.resolve())
+    assert headstart.begin(
+        env={}, mounts=work_mount(tmp_path), network=False, state=state, cwd=folder
+    )
+    head = headstart._pending
+    assert head is not None
+
+    def kernel_forked() -> bool:  # bubblewrap, its PID 1, the template, the init, the kernel
+        return len(psutil.Process(head.process.pid).children(recursive=True)) >= 4
+
+    await eventually(kernel_forked, 20, "the template did not fork the kernel asked for")
+    async with Runtime(
+        state_dir=state, journal=":memory:", fork=False, pool_size=0, workdir=tmp_path
+    ) as rt:
+        result = await rt.shell("one").run("print(6 * 7)")
+        assert result.status == "ok", result.text
+        assert result.stdout == "42\n"

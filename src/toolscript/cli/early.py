@@ -10,10 +10,11 @@ by side, begins a third of the way into the command.
 What we do: `main` looks at the raw arguments first. For `exec` without an option that
 changes the interpreter's sandbox (`--sandbox`, `--mount`, `--network`, `--cwd`, `--no-cwd`,
 or any abbreviation of them), the settings are the defaults, so the head start can begin at
-once, with what `exec` would ask for: no environment, the current folder shown read-write,
-no network. The parse that follows is the usual one; when it ends in an error, or the
-runtime opens with other settings after all, the head start is ended unused (`claim` checks
-its settings), so a guess changes when the interpreter starts, never what it is.
+once, with what `exec` would ask for: no environment, the current folder shown read-write
+and worked in, no network, the default limits. The parse that follows is the usual one;
+when it ends in an error, or the runtime opens with other settings after all, the head
+start is ended unused (`claim` checks its settings), so a guess changes when the
+interpreter starts, never what it is.
 
 Standard library only, and no argparse: everything imported here is imported before the
 interpreter starts.
@@ -43,7 +44,9 @@ def begin_exec(argv: Sequence[str]) -> None:
     from ..host import headstart
     from ..host.sandbox import Mount
 
-    headstart.begin(env={}, mounts=[Mount(folder, folder, writable=True)], network=False)
+    headstart.begin(
+        env={}, mounts=[Mount(folder, folder, writable=True)], network=False, cwd=folder
+    )
 
 
 def _default_settings(arguments: Sequence[str]) -> bool:

@@ -101,10 +101,11 @@ def _head_start(mounts: dict[str | Path, str], workdir: Path | None, network: bo
         shown = parse_mounts(dict(mounts))
     except ValueError as error:
         raise UsageError(f"--mount: {error}") from None
+    folder = None
     if workdir is not None:
         folder = str(workdir.expanduser().resolve())
         shown.append(Mount(folder, folder, writable=True))
-    headstart.begin(env={}, mounts=shown, network=network)
+    headstart.begin(env={}, mounts=shown, network=network, cwd=folder)
 
 
 def _read_script(path: Path) -> str:

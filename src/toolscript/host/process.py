@@ -168,9 +168,29 @@ class KernelProcess:
             head = launch.head_start
             if head is not None:
                 self._cgroup = head.cgroup
-                self._own_template = await Template.adopt(
-                    head.process, head.control, launch.start_timeout
-                )
+                asked = head.asked
+                try:
+                    self._own_template = await Template.adopt(
+                        head.process,
+                        head.control,
+                        launch.start_timeout,
+                        asked=asked.number if asked is not None else None,
+                    )
+                except TemplateError:
+                    if asked is not None:
+                        asked.close()
+                    raise
+                if asked is not None:  # its kernel was asked for at once, as `_fork` would
+                    forked = await self._own_template.forked(
+                        asked.number,
+                        socket.socket(fileno=asked.channel),
+                        asked.stdout,
+                        asked.stderr,
+                        launch.start_timeout,
+                    )
+                    channel = await self.attach(forked)
+                    self.forked = False  # a fresh Python of its own, as a spawned one is
+                    return channel
             else:
                 self._cgroup = sandbox.new_cgroup()
                 self._own_template = await Template.start(

@@ -9,11 +9,9 @@ pidfd (which works for any process), so a template that dies first costs only th
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
 import itertools
-import json
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -21,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..kernel.control import decode, receive
+from ..kernel.control import decode, fork_request, receive, send
 from .command import KERNEL_DIR, kernel_command, template_command
 from .pids import ended, kill_tree
 
 if TYPE_CHECKING:
-    import subprocess
-
+    from .headstart import Spawned
     from .sandbox import Sandbox
 
 __all__ = [
@@ -148,15 +145,23 @@ class Template:
 
     @classmethod
     async def adopt(
-        cls, process: subprocess.Popen[bytes], control: socket.socket, timeout: float
+        cls, process: Spawned, control: int, timeout: float, *, asked: int | None = None
     ) -> Template:
         """A template for a single kernel that the command line started before the host's
         event loop existed (`headstart`): wait (bounded) until it is ready, as `start` does.
-        `control` is the host's end of its control socket."""
-        control.setblocking(False)
+        `control` is the host's end of its control socket, a descriptor (the head start
+        makes it without the `socket` module); `asked`, the number of a fork request the
+        head start already sent, whose kernel `forked` then gives."""
         adopted = Adopted(process)
+        control_socket = socket.socket(fileno=control)
+        control_socket.setblocking(False)
         await adopted.connect()
-        return await cls(adopted, control)._started("the kernel", timeout, alone=True)
+        template = cls(adopted, control_socket)
+        if asked is not None:
+            # Waited for before any message is read: its answer may be the first one.
+            template._waiting[asked] = asyncio.get_running_loop().create_future()
+            template._requests = itertools.count(asked + 1)
+        return await template._started("the kernel", timeout, alone=True)
 
     async def _started(self, name: str, timeout: float, alone: bool) -> Template:
         """Wait until the template has answered 'ready'; closed, with a `TemplateError` saying
@@ -219,26 +224,10 @@ class Template:
         number = next(self._requests)
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[number] = waiter
-        request = {
-            "id": number,
-            "cwd": str(cwd) if cwd else None,
-            "env": env,
-            "limits": limits,
-            **(extra or {}),
-        }
+        request = fork_request(number, str(cwd) if cwd else None, env, limits, extra)
         try:
-            self._control.sendmsg(
-                [json.dumps(request).encode("ascii")],
-                [
-                    (
-                        socket.SOL_SOCKET,
-                        socket.SCM_RIGHTS,
-                        _fd_bytes([kernel_end.fileno(), out_write, err_write]),
-                    )
-                ],
-            )
-            answer = await asyncio.wait_for(waiter, timeout)
-        except (OSError, TimeoutError) as error:
+            send(self._control, request, [kernel_end.fileno(), out_write, err_write])
+        except OSError as error:
             self._waiting.pop(number, None)
             for fd in (out_read, err_read):
                 os.close(fd)
@@ -248,11 +237,31 @@ class Template:
             kernel_end.close()
             os.close(out_write)
             os.close(err_write)
+        return await self.forked(number, host_end, out_read, err_read, timeout)
+
+    async def forked(
+        self, number: int, channel: socket.socket, stdout: int, stderr: int, timeout: float
+    ) -> Forked:
+        """The kernel of fork request `number`, once the template has forked it; `channel`,
+        `stdout` and `stderr` are the host's ends of what the request passed (closed here
+        when it fails). Raises `TemplateError`."""
+        waiter = self._waiting.get(number)
+        try:
+            if waiter is None:
+                raise TemplateError(f"no fork request {number} was sent")
+            answer = await asyncio.wait_for(waiter, timeout)
+        except (TemplateError, TimeoutError) as error:
+            for fd in (stdout, stderr):
+                os.close(fd)
+            channel.close()
+            raise TemplateError(f"the template did not fork a kernel ({error!r})") from None
+        finally:
+            self._waiting.pop(number, None)
         pidfd = answer.pop("_fds", [None])[0]
         if "pid" not in answer:
-            for fd in (out_read, err_read, *([pidfd] if pidfd is not None else [])):
+            for fd in (stdout, stderr, *([pidfd] if pidfd is not None else [])):
                 os.close(fd)
-            host_end.close()
+            channel.close()
             raise TemplateError(f"the template could not fork: {answer.get('error')}")
         pid = int(answer["pid"])
         status: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -260,7 +269,7 @@ class Template:
             status.set_result(self._early_exits.pop(pid))
         else:
             self._children[pid] = status
-        return Forked(pid, host_end, out_read, err_read, status, pidfd)
+        return Forked(pid, channel, stdout, stderr, status, pidfd)
 
     async def close(self) -> None:
         """Stop the template (bounded). Kernels it forked live on until the host ends them,
@@ -294,7 +303,9 @@ class Template:
         if kind == "ready" and not self._ready.done():
             self._ready.set_result(message)
         elif kind == "forked":
-            waiter = self._waiting.pop(int(message.get("id", -1)), None)
+            # Left in `_waiting`: `forked` takes it out once it has the answer, which may
+            # come before it is awaited (a fork the head start asked for).
+            waiter = self._waiting.get(int(message.get("id", -1)))
             if waiter is not None and not waiter.done():
                 waiter.set_result(message)
             else:
@@ -383,28 +394,22 @@ async def _all_ended(pidfds: list[int]) -> None:
         await ended(pidfd)
 
 
-def _fd_bytes(fds: list[int]) -> bytes:
-    return array.array("i", fds).tobytes()
-
-
 class Adopted:
-    """A template process started with `subprocess` before the host's event loop existed
-    (`headstart`), with the parts of asyncio's `Process` a `Template` uses: `pid`,
-    `returncode`, `stderr` and `wait()`. Its end is seen through a pidfd, so no child
-    watcher is needed."""
+    """A template process started before the host's event loop existed (`headstart`), with
+    the parts of asyncio's `Process` a `Template` uses: `pid`, `returncode`, `stderr` and
+    `wait()`. Its end is seen through a pidfd, so no child watcher is needed."""
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+    def __init__(self, process: Spawned) -> None:
         self._popen = process
         self.pid = process.pid
         self.stderr: asyncio.StreamReader | None = None
 
     async def connect(self) -> None:
         """Read its stderr on the running loop."""
-        if self._popen.stderr is None:
-            return
         reader = asyncio.StreamReader()
         protocol = asyncio.StreamReaderProtocol(reader)
-        await asyncio.get_running_loop().connect_read_pipe(lambda: protocol, self._popen.stderr)
+        pipe = os.fdopen(self._popen.stderr, "rb", buffering=0)
+        await asyncio.get_running_loop().connect_read_pipe(lambda: protocol, pipe)
         self.stderr = reader
 
     @property
@@ -419,7 +424,8 @@ class Adopted:
         try:
             pidfd = os.pidfd_open(self.pid)
         except OSError:
-            return self._popen.wait()
+            code = self._popen.wait(2.0)
+            return 0 if code is None else code
         try:
             while (code := self._popen.poll()) is None:
                 await ended(pidfd)

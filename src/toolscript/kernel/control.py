@@ -9,23 +9,49 @@ from __future__ import annotations
 
 import array
 import json
-import socket
+from _socket import CMSG_SPACE, SCM_RIGHTS, SOL_SOCKET
+from _socket import socket as Socket
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["decode", "receive"]
+__all__ = ["decode", "fork_request", "receive", "send"]
+
+# `_socket`, not `socket`: the command line's head start sends a fork request before it has
+# imported `socket` (`toolscript.host.headstart`).
 
 
-def receive(sock: socket.socket, size: int, most_fds: int) -> tuple[bytes, list[int]]:
+def receive(sock: Socket, size: int, most_fds: int) -> tuple[bytes, list[int]]:
     """One packet of at most `size` bytes from `sock`, and the descriptors passed with it
     (room is made for `most_fds` of them); the caller owns, and closes, the descriptors."""
     fds = array.array("i")
-    data, ancillary, _flags, _address = sock.recvmsg(
-        size, socket.CMSG_SPACE(most_fds * fds.itemsize)
-    )
+    data, ancillary, _flags, _address = sock.recvmsg(size, CMSG_SPACE(most_fds * fds.itemsize))
     for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+        if level == SOL_SOCKET and kind == SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
     return data, list(fds)
+
+
+def send(sock: Socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+    """Send `message` in one packet, with `fds` passed alongside; raises `OSError`."""
+    data = [json.dumps(message).encode("ascii")]
+    if fds:
+        sock.sendmsg(data, [(SOL_SOCKET, SCM_RIGHTS, array.array("i", fds).tobytes())])
+    else:
+        sock.sendmsg(data)
+
+
+def fork_request(
+    number: int,
+    cwd: str | None,
+    env: dict[str, str],
+    limits: dict[str, int | None],
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The host's request that a template fork kernel `number`, working in `cwd`, with `env`
+    as its environment and `limits`; `extra` goes in as it is (a sandboxed kernel's cgroup,
+    process count and preload). The kernel's channel, stdout and stderr go with it, in that
+    order (`send`)."""
+    return {"id": number, "cwd": cwd, "env": env, "limits": limits, **(extra or {})}
 
 
 def decode(data: bytes) -> dict[str, Any] | None:

@@ -23,7 +23,6 @@ message is one request (with its file descriptors) or one report, so no framing 
 
 from __future__ import annotations
 
-import array
 import gc
 import importlib
 import json
@@ -36,7 +35,7 @@ import threading
 from typing import Any
 
 from .__main__ import apply_limits, close_inherited, import_preload
-from .control import decode, receive
+from .control import decode, receive, send
 
 _MAX_MESSAGE = 1 << 16
 _CLONE_NEWPID = 0x20000000
@@ -352,13 +351,7 @@ def _reap(control: socket.socket) -> None:
 
 def _send(control: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
     try:
-        if fds:
-            control.sendmsg(
-                [json.dumps(message).encode("ascii")],
-                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())],
-            )
-        else:
-            control.send(json.dumps(message).encode("ascii"))
+        send(control, message, fds or ())
     except OSError:
         os._exit(0)
 
