@@ -17,9 +17,11 @@ from .host.busypoll import DEFAULT_WINDOW
 from .host.environment import resolve_limits
 from .host.sandbox import Mount, parse_mounts
 from .results import TEXT_LIMIT
-from .tools.check import CHECK_MODES
 
 __all__ = ["Settings"]
+
+CHECK_MODES = ("refuse", "warn", "off")
+"""The values of `Settings.check`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,10 +17,15 @@ import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..tools.check import RULES_ASKED, CheckedCatalogue, Finding
 from .catalogue import ToolCatalogue
-from .typeserver import TypeServer, TypeServerError
+
+if TYPE_CHECKING:
+    # Imported when a catalogue first has a tool to check against: a runtime without tools
+    # (`toolscript exec` of a plain script) never loads the check.
+    from ..tools.check import CheckedCatalogue, Finding
+    from .typeserver import TypeServer
 
 __all__ = ["CHECK_TIMEOUT", "CheckOutcome", "ScriptChecker"]
 
@@ -60,6 +65,10 @@ class ScriptChecker:
         """Check `code` against `catalogue`, for an interpreter of `python_version` (None:
         the host's) whose namespace holds `names` (None: too many to tell). Never raises but
         for cancellation."""
+        if not catalogue.plans:
+            return CheckOutcome()  # no tool to name: nothing to check against
+        from .typeserver import TypeServerError
+
         host_version = f"{sys.version_info[0]}.{sys.version_info[1]}"
         version = ".".join((python_version or host_version).split(".")[:2])
         checked = self._checked_for(catalogue)
@@ -87,6 +96,8 @@ class ScriptChecker:
 
     def _checked_for(self, catalogue: ToolCatalogue) -> CheckedCatalogue:
         if self._checked is None or self._checked_of is not catalogue:
+            from ..tools.check import CheckedCatalogue
+
             self._checked = CheckedCatalogue(catalogue.plans, catalogue.prompt())
             self._checked_of = catalogue
         return self._checked
@@ -104,6 +115,8 @@ class ScriptChecker:
                 _write(folder / "ty.toml", config)
                 _write(folder / "tools.pyi", checked.stubs)
             if self._server is None or self._server.folder != folder:
+                from .typeserver import TypeServer
+
                 await self.close()
                 self._server = TypeServer(_ty_binary(), folder)
             self._for = (checked, version)
@@ -117,6 +130,8 @@ class ScriptChecker:
 
 
 def _ty_binary() -> str:
+    from .typeserver import TypeServerError
+
     try:
         from ty._find_ty import find_ty_bin
 
@@ -126,6 +141,8 @@ def _ty_binary() -> str:
 
 
 def _ty_config(version: str) -> str:
+    from ..tools.check import RULES_ASKED
+
     rules = "".join(f'{rule} = "error"\n' for rule in RULES_ASKED)
     return (
         "# The project of toolscript's check before running: this folder alone.\n"

@@ -15,9 +15,8 @@ import secrets
 import signal
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, cast
 
 from ..kernel import wire
 from ..kernel.descriptors import BROKEN_EXIT
@@ -62,8 +61,7 @@ OUTPUT_END_WAIT = 2.0
 """Seconds to wait, after a script ends, for its output's end marker on both pipes."""
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """How one script ended, as the interpreter saw it, before it becomes a `ScriptResult`.
 
     `ending` is the kernel's status (`ok`, `error`, `stopped`) or the host's own word:

@@ -22,8 +22,7 @@ kept, and what lies between is counted, never held.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 
 def cut_middle(text: str, limit: int, unit: str = "characters") -> str:
@@ -48,8 +47,7 @@ def cut_head(text: str, limit: int, unit: str = "characters") -> str:
     return f"… {len(text) - len(kept):,} {unit} cut …\n{kept}"
 
 
-@dataclass(frozen=True, slots=True)
-class Captured:
+class Captured(NamedTuple):
     """What one script wrote to one stream: the kept text and how much was written."""
 
     text: str

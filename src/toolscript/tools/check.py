@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "CHECK_MODES",
     "RULES",
     "RULES_ASKED",
     "CheckedCatalogue",
@@ -41,9 +40,6 @@ __all__ = [
     "Diagnostic",
     "Finding",
 ]
-
-CHECK_MODES = ("refuse", "warn", "off")
-"""The values of `Settings.check`."""
 
 RULES = (
     "unresolved-reference",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class ToolFailure(Exception):
@@ -41,8 +41,7 @@ class ToolAnnotations:
     open_world: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ToolOutcome:
+class ToolOutcome(NamedTuple):
     """A tool's answer, as the host passes it to the kernel.
 
     `value` is JSON-safe data. Content blocks that are not plain text (images, audio,

@@ -8,7 +8,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from .records import ANSWER_KEPT, AnswerRow, FateRow, StartRow
 from .schema import _INSERT_SCRIPT, _LAST_CALL
@@ -83,8 +83,7 @@ class _Buffer:
     violations: list[tuple[str, str]] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class _Written:
+class _Written(NamedTuple):
     """What a committed batch changes in the journal's own memory of its calls."""
 
     new_rows: dict[str, int]  # the calls inserted and still open after the batch

@@ -15,8 +15,8 @@ import os
 import socket
 import sqlite3
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .intents import _replay_intents
 from .schema import _END_HOST, _IN_FLIGHT, _LAST_CALL
@@ -25,8 +25,7 @@ _NOT_IN_DOUBT = "coalesce(uncertain_reason, '') != 'in_doubt'"
 """A call told to its script as in doubt stays so: a host's end does not make it `host_gone`."""
 
 
-@dataclass(frozen=True, slots=True)
-class _ProcessIdentity:
+class _ProcessIdentity(NamedTuple):
     pid: int
     machine: str
     boot_id: str | None

@@ -96,8 +96,7 @@ class JournalCall:
     uncertain_reason: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class TakenCall:
+class TakenCall(NamedTuple):
     """A call of a host that is gone, as `Journal.take_over_calls` finds it for the host that
     took its interpreter back: the call as the journal knows it, and its answer as it was to
     be sent to the kernel (`CallAnswer.answer_frame`), if the journal kept it."""
@@ -123,8 +122,7 @@ class JournalScript:
     violation: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StreamEvent:
+class StreamEvent(NamedTuple):
     """One stored event of a client's stream: its id, the JSON-RPC message as JSON (`None`
     for the event that marks the stream's start), and whether it is the answer ending it."""
 
@@ -133,8 +131,7 @@ class StreamEvent:
     is_answer: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ReplayedStream:
+class ReplayedStream(NamedTuple):
     """The events of one stream after the event a client last saw.
 
     `answered` says the stream holds its answer (before or after that event); `by_this_host`
@@ -149,8 +146,7 @@ class ReplayedStream:
     by_this_host: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ServeSession:
+class ServeSession(NamedTuple):
     """A `toolscript serve` client session as kept for a restarted server: its id, its
     shell's name, its protocol version, its `initialize` parameters (JSON) and when it
     opened (seconds since the epoch)."""
