@@ -33,6 +33,7 @@ import atexit
 import contextlib
 import os
 import select
+import signal
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -252,10 +253,15 @@ def _private_folder() -> Path:
             continue
 
 
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
+"""What Python ignores for itself, which the child gets back at their defaults (as with
+`Popen`'s `restore_signals`)."""
+
+
 def _spawn(command: list[str], env: dict[str, str], control: int, stderr: int) -> int:
     """Start `command` as `subprocess.Popen` would with `stdin` and `stdout` on /dev/null,
-    `stderr` on the descriptor `stderr`, `pass_fds=(control,)`, `close_fds` and
-    `start_new_session`; its pid."""
+    `stderr` on the descriptor `stderr`, `pass_fds=(control,)`, `close_fds`,
+    `restore_signals` and `start_new_session`; its pid."""
     os.set_inheritable(control, True)
     actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -275,7 +281,14 @@ def _spawn(command: list[str], env: dict[str, str], control: int, stderr: int) -
             if os.get_inheritable(fd):
                 actions.append((os.POSIX_SPAWN_CLOSE, fd))
     try:
-        return os.posix_spawn(command[0], command, env, file_actions=actions, setsid=True)
+        return os.posix_spawn(
+            command[0],
+            command,
+            env,
+            file_actions=actions,
+            setsid=True,
+            setsigdef=_DEFAULT_SIGNALS,
+        )
     finally:
         os.set_inheritable(control, False)
 
