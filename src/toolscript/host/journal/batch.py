@@ -31,10 +31,13 @@ _WHOLE_CALL_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 # GIL around every step, and the event loop, busy in the same process, takes it each time:
 # a thousand hand-overs per flush, each a wake-up of one thread and a wait of the other,
 # which on two busy cores doubled the flush thread's CPU per call and made the loop wait.
-# What we do: insert up to 64 rows per statement (64 * 15 variables stays under the 999 that
-# older SQLite builds allow), the rest in statements of 32, 16, ... 1 rows: a step per
-# statement, and a handful of statements, each prepared once and cached.
-_ROWS_PER_INSERT = (64, 32, 16, 8, 4, 2, 1)
+# What we do: insert many rows per statement, the rest in statements of 8, 4, ... 1 rows: a
+# step per statement, each prepared once and cached. Not too many: binding a statement's
+# variables holds the GIL, so a call that arrives meanwhile waits for the whole binding; at
+# 64 rows that wait (a few hundred µs here) was what set a sequential call's p99, at 3.3-3.6
+# times its median, against 2.7-2.9 at 16 rows, with the same `gather` throughput
+# (bench/README.md, "The journal flush and the p99").
+_ROWS_PER_INSERT = (16, 8, 4, 2, 1)
 _INSERT_WHOLE_CALLS = {
     size: _INSERT_WHOLE_CALL + ", ".join([_WHOLE_CALL_ROW] * size) for size in _ROWS_PER_INSERT
 }
