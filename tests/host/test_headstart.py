@@ -244,3 +244,32 @@ async def test_a_kernel_forked_before_the_runtime_opens_is_taken_from_its_answer
         result = await rt.shell("one").run("print(6 * 7)")
         assert result.status == "ok", result.text
         assert result.stdout == "42\n"
+
+
+async def test_a_kernel_asked_for_that_died_before_the_runtime_opened_is_said_and_replaced(
+    state: Path, tmp_path: Path
+) -> None:
+    """The kernel the head start asked for is killed before the runtime takes it: the first
+    run says the interpreter could not start and why, at once; the next starts a new one."""
+    folder = str(tmp_path.resolve())
+    assert headstart.begin(
+        env={}, mounts=work_mount(tmp_path), network=False, state=state, cwd=folder
+    )
+    head = headstart._pending
+    assert head is not None
+
+    def in_sandbox() -> list[psutil.Process]:
+        return psutil.Process(head.process.pid).children(recursive=True)
+
+    await eventually(lambda: len(in_sandbox()) >= 4, 20, "the kernel asked for was not forked")
+    kernel = in_sandbox()[-1]  # the init's child
+    kernel.kill()
+    async with Runtime(
+        state_dir=state, journal=":memory:", fork=False, pool_size=0, workdir=tmp_path
+    ) as rt:
+        first = await rt.shell("one").run("print(6 * 7)")
+        assert first.status == "refused", first.text
+        assert "SIGKILL" in first.text
+        second = await rt.shell("one").run("print(6 * 7)")
+        assert second.status == "ok", second.text
+        assert second.stdout == "42\n"
