@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import os
+import select
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +146,29 @@ async def test_a_check_that_cannot_run_says_why_and_the_script_runs(
     result = await runtime.run("await add_note(txt='a')")
     assert made == [] and result.status == "error", result.text  # Python's own TypeError
     assert "The check before running could not run: ty server failed:" in result.note
+
+
+@pytest.mark.timeout(60)
+async def test_a_write_to_a_server_that_died_leaves_no_error_unretrieved(tmp_path: Path) -> None:
+    """A server that died while the checker still wrote to it leaves the write's error on
+    its pipe; closing the checker takes it. Left for the collector, Python 3.11.2 logs it as
+    never retrieved, and can turn the log into a `SystemError` raised by whatever
+    `ast.parse` runs at that moment."""
+    reports: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: reports.append(context))
+    checker = ScriptChecker(tmp_path)
+    catalogue = ToolCatalogue(specs(), None)
+    assert (await checker.check(catalogue, "await add_note(text='a')\n", None, None)).ran
+    server = checker._server
+    assert server is not None and server._process is not None
+    # Dead before the event loop has looked at its pipes again: the next write is the one
+    # that finds its reader gone.
+    pidfd = os.pidfd_open(server._process.pid)
+    server._process.kill()
+    select.select([pidfd], [], [], 10.0)  # readable once it has ended
+    os.close(pidfd)
+    server._notify("exit", {})
+    await checker.close()
+    del server
+    gc.collect()
+    assert [context["message"] for context in reports] == []

@@ -188,6 +188,15 @@ class TypeServer:
             process.kill()
             with contextlib.suppress(ProcessLookupError):
                 await process.wait()
+        if process is not None and process.stdin is not None:
+            # A write the server could no longer read (it had died, or was just killed) left
+            # its error on the pipe's close waiter: taken here. Left alone, Python 3.11.2
+            # logs it as never retrieved when the collector frees it, and its own bug then
+            # makes whatever `ast.parse` runs at that moment raise `SystemError` (the check
+            # of the next script, say).
+            process.stdin.close()
+            with contextlib.suppress(Exception):
+                await process.stdin.wait_closed()
         if reader is not None:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
