@@ -6,6 +6,7 @@ import asyncio
 import gc
 import os
 import select
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,33 @@ async def test_a_write_to_a_server_that_died_leaves_no_error_unretrieved(tmp_pat
     del server
     gc.collect()
     assert [context["message"] for context in reports] == []
+
+
+def test_the_check_parses_whole_while_a_finalizer_formats_a_traceback() -> None:
+    """A collection during the check's parse may run a finalizer that formats a traceback,
+    which on Python 3.11 parses source itself: the check's own parse must not fail for it
+    (`SystemError: AST constructor recursion depth mismatch`)."""
+
+    def failing() -> int:
+        return {"a": 1}["b"] + [1, 2][5]
+
+    def format_a_traceback(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            try:
+                failing()
+            except LookupError as error:
+                traceback.format_exception(error)
+
+    code = "x = [" + ", ".join(f"({i}, [{i}, {{'a': {i}}}])" for i in range(3000)) + "]\n"
+    prompt = "from typing import TypedDict\nclass Note(TypedDict):\n    text: str\n" + code
+    threshold = gc.get_threshold()
+    gc.callbacks.append(format_a_traceback)
+    gc.set_threshold(10)
+    try:
+        checked = CheckedCatalogue([], prompt)
+        script = checked.prepare(code, None)
+        assert script.syntax_error is None
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(format_a_traceback)
+    assert checked.typed_dicts == frozenset({"Note"})
