@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import gc
 import inspect
 import linecache
 import os
@@ -45,7 +46,23 @@ def compile_cell(source: str, filename: str) -> Cell:
     before it and the expression itself are compiled from the source text, the expression
     padded with newlines so line numbers stay the script's own. An expression that shares
     its line with another statement (`x = 1; x`) goes through the tree.
+
+    The garbage collector is paused meanwhile: a finalizer it runs that formats a traceback
+    (an earlier script's asyncio future logging an error no one took) parses source itself on
+    Python 3.11, and an `ast.parse` inside another one's AST conversion makes the outer raise
+    `SystemError` ("AST constructor recursion depth mismatch"): the script would fail to
+    compile for nothing of its own.
     """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _compile_cell(source, filename)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _compile_cell(source: str, filename: str) -> Cell:
     tree = ast.parse(source, filename, "exec")
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
