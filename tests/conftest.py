@@ -12,9 +12,12 @@ needs interpreters started ahead of time, asks for `pool_size` itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +135,34 @@ FIND_CHANNEL = (
 )
 """Script source defining `channel()`: the fd of the kernel's channel to the host, found as a
 hostile script would find it."""
+
+
+LONG_LITERAL = "x = [" + ", ".join(f"({i}, [{i}, {{'a': {i}}}])" for i in range(3000)) + "]"
+"""A statement whose syntax tree is large enough for collections to run while it is built."""
+
+
+@contextlib.contextmanager
+def collections_that_format_tracebacks() -> Iterator[None]:
+    """Garbage collections every few allocations, each formatting a traceback, as a finalizer
+    of an asyncio future that logs an error no one took does. On Python 3.11 formatting a
+    traceback parses source (for its carets): a parse running meanwhile sees another begin
+    inside its own."""
+
+    def failing() -> int:
+        return {"a": 1}["b"] + [1, 2][5]
+
+    def format_a_traceback(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            try:
+                failing()
+            except LookupError as error:
+                traceback.format_exception(error)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(format_a_traceback)
+    gc.set_threshold(10)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(format_a_traceback)

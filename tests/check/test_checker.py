@@ -6,7 +6,6 @@ import asyncio
 import gc
 import os
 import select
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from toolscript.host.checker import ScriptChecker
 from toolscript.tools.check import CheckedCatalogue, CheckedScript, Diagnostic
 from toolscript.tools.spec import ToolSpec
 
+from ..conftest import LONG_LITERAL, collections_that_format_tracebacks
 from .conftest import catalogue_tools
 
 
@@ -179,27 +179,10 @@ def test_the_check_parses_whole_while_a_finalizer_formats_a_traceback() -> None:
     """A collection during the check's parse may run a finalizer that formats a traceback,
     which on Python 3.11 parses source itself: the check's own parse must not fail for it
     (`SystemError: AST constructor recursion depth mismatch`)."""
-
-    def failing() -> int:
-        return {"a": 1}["b"] + [1, 2][5]
-
-    def format_a_traceback(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            try:
-                failing()
-            except LookupError as error:
-                traceback.format_exception(error)
-
-    code = "x = [" + ", ".join(f"({i}, [{i}, {{'a': {i}}}])" for i in range(3000)) + "]\n"
+    code = LONG_LITERAL + "\n"
     prompt = "from typing import TypedDict\nclass Note(TypedDict):\n    text: str\n" + code
-    threshold = gc.get_threshold()
-    gc.callbacks.append(format_a_traceback)
-    gc.set_threshold(10)
-    try:
+    with collections_that_format_tracebacks():
         checked = CheckedCatalogue([], prompt)
         script = checked.prepare(code, None)
         assert script.syntax_error is None
-    finally:
-        gc.set_threshold(*threshold)
-        gc.callbacks.remove(format_a_traceback)
     assert checked.typed_dicts == frozenset({"Note"})

@@ -52,6 +52,24 @@ def sigint_ignoring_child(token: str, ready: Path) -> str:
     return f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {child!r}])\n"
 
 
+def fork_bomb(tries: int, *, each: str = "", end: str = "") -> str:
+    """Python source that forks up to `tries` children that sleep, counting those it got in
+    `made`; `each` runs after every fork that worked, `end` after the loop."""
+    return (
+        "import os, time\n"
+        "made = 0\n"
+        f"for _ in range({tries}):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if pid == 0:\n"
+        "        time.sleep(300)\n"
+        "        os._exit(0)\n"
+        "    made += 1\n" + each + end
+    )
+
+
 ATTACKS = {"setsid-double-fork": setsid_double_fork, "sigint-ignoring": sigint_ignoring_child}
 
 
@@ -136,21 +154,7 @@ async def test_the_process_limit_is_the_number_given_however_the_interpreter_sta
     and init, and the limit counts those two apart. Either way the script gets what it was
     given: the kernel itself, and 49 more."""
     runtime = await make_runtime(limits={"processes": 50}, fork=fork)
-    result = await runtime.run(
-        "import os, time\n"
-        "made = 0\n"
-        "for _ in range(200):\n"
-        "    try:\n"
-        "        pid = os.fork()\n"
-        "    except OSError:\n"
-        "        continue\n"
-        "    if pid == 0:\n"
-        "        time.sleep(300)\n"
-        "        os._exit(0)\n"
-        "    made += 1\n"
-        "print(made)\n",
-        time_limit=20,
-    )
+    result = await runtime.run(fork_bomb(200, end="print(made)\n"), time_limit=20)
     assert result.status == "ok", result.text
     assert int(result.stdout) == 49, result.stdout
 
@@ -161,19 +165,7 @@ async def test_a_fork_bomb_is_held_to_the_process_limit_and_ends_with_the_stop(
     runtime = await make_runtime(limits={"processes": 50})
     init = await init_of(runtime)
     result = await runtime.run(
-        "import os, time\n"
-        "made = 0\n"
-        "for _ in range(10_000):\n"
-        "    try:\n"
-        "        pid = os.fork()\n"
-        "    except OSError:\n"
-        "        continue\n"
-        "    if pid == 0:\n"
-        "        time.sleep(300)\n"
-        "        os._exit(0)\n"
-        "    made += 1\n"
-        "    print('made', made, flush=True)\n"
-        "time.sleep(60)\n",
+        fork_bomb(10_000, each="    print('made', made, flush=True)\n", end="time.sleep(60)\n"),
         time_limit=5,
     )
     assert result.status == "time_limit", result.text
