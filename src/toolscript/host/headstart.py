@@ -12,18 +12,18 @@ spawns the sandboxed template that would start the runtime's first interpreter, 
 importing the runtime while that Python starts on another core. Everything imported before
 the spawn delays it, so the spawn uses the standard library's floor: `os.posix_spawn` and
 `_socket`, not `subprocess` and `socket` (whose imports cost 12-15 ms here), and no event
-loop. When the runtime opens, `claim()` hands the started template
-over if it was begun for the same Python, environment, mounts and network, and the runtime's
-first interpreter forks from it (`Template.adopt`).
+loop. When the runtime opens, `claim()` hands the started template over if it was begun for
+the same Python, environment, mounts and network, and the runtime's first interpreter forks
+from it (`Template.adopt`).
 
-When the command also knows the folder its script works in, `begin()` sends the template
-its fork request at once, with the runtime's default limits: the kernel is forked, put in
-place and locked down as soon as the template is ready, while the host still imports, and
-the runtime takes it (`Template.forked`) if it opens with that folder, those limits and no
-preload; otherwise the whole head start is ended at `claim()`. Anything else (a runtime with other
-settings, a sandbox whose check this machine has not passed before) starts the usual way, so
-a head start changes when the interpreter starts, never what it is. One nobody claims is
-ended when the process exits.
+When the command also knows the folder its script works in, `begin()` sends the template its
+first kernel's fork request at once, with the default limits: the kernel is forked, put in
+place and locked down as soon as the template is ready, while the host still imports, and the
+runtime takes it (`Template.forked`) if it opens with that folder, those limits and no
+preload; otherwise the whole head start is ended at `claim()`. Anything else (a runtime with
+other settings, a sandbox whose check this machine has not passed before) starts the usual
+way, so a head start changes when the interpreter starts, never what it is. One nobody claims
+is ended when the process exits.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from ..kernel.control import fork_request, send
+from ..kernel.control import confined, fork_request, send
 from .command import template_command
 from .environment import interpreter_environment, resolve_limits
 from .pids import kill_tree
@@ -216,12 +216,7 @@ def _ask_fork(
     """Send the template the fork request its runtime's first kernel would (`_fork` in
     `toolscript.host.process`), with the default limits; None if it could not be sent."""
     limits = resolve_limits({})
-    extra: dict[str, object] = {
-        "cgroup": cgroup,
-        "processes": limits.get("processes"),
-        "preload": [],
-    }
-    request = fork_request(1, cwd, env, limits, extra)
+    request = fork_request(1, cwd, env, limits, confined(cgroup, limits, ()))
     host_end, kernel_end = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from ..kernel.control import confined
 from .busypoll import LoopPoll
 from .output import StreamCapture
 from .pids import children
@@ -221,13 +222,7 @@ class KernelProcess:
             # A template of its own (`_fork_alone`) was started in the kernel's cgroup.
             if self._cgroup is None:
                 self._cgroup = launch.sandbox.new_cgroup()
-            processes = launch.limits.get("processes")
-            extra = {
-                "cgroup": self._cgroup,
-                # The kernel and what it starts; the init stays out of it.
-                "processes": processes,
-                "preload": list(preload),
-            }
+            extra = confined(self._cgroup, launch.limits, preload)
         forked = await template.fork(
             launch.cwd, launch.env, launch.limits, launch.start_timeout, extra
         )

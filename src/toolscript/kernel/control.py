@@ -14,7 +14,7 @@ from _socket import socket as Socket
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["decode", "fork_request", "receive", "send"]
+__all__ = ["confined", "decode", "fork_request", "receive", "send"]
 
 # `_socket`, not `socket`: the command line's head start sends a fork request before it has
 # imported `socket` (`toolscript.host.headstart`).
@@ -61,3 +61,12 @@ def decode(data: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return message if isinstance(message, dict) else None
+
+
+def confined(
+    cgroup: str | None, limits: dict[str, int | None], preload: Sequence[str]
+) -> dict[str, Any]:
+    """A sandboxed kernel's part of its fork request (`fork_request`'s `extra`): its cgroup,
+    the process count that cgroup holds it to (the kernel and what it starts: the init stays
+    out of it), and the modules it preloads."""
+    return {"cgroup": cgroup, "processes": limits.get("processes"), "preload": list(preload)}

@@ -7,9 +7,10 @@ every signal it has no handler for, `os.kill(os.getpid(), 9)` included, and it w
 to reap orphans whose status belongs to the script's own `subprocess` calls). What we do: the
 template forks this init into a new PID namespace; the init makes a new mount namespace
 (a private `/tmp`, the namespace's own `/proc`, the runtime's extra mounts), then forks the
-kernel as PID 2, which locks itself down before it serves a script, and moves it into the
-process-count cgroup the host gave, if any, meanwhile. When the kernel dies, for whatever reason, the init exits and the
-kernel (Linux) kills every process left in the namespace: setsid and double forks included.
+kernel as PID 2, which locks itself down before it serves a script, and meanwhile moves it
+into the process-count cgroup the host gave, if any. When the kernel dies, for whatever
+reason, the init exits and the kernel (Linux) kills every process left in the namespace:
+setsid and double forks included.
 The kernel ends them itself after a stop (`kill(-1, SIGKILL)` spares only PID 1 and the
 caller).
 

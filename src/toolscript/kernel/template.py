@@ -11,8 +11,9 @@ Fork safety. Goal: a forked child must not inherit a lock that another thread he
 fork. What fails: forking a process with Python threads (a thread may hold the import lock,
 a logging lock, a buffered stream's lock). What we do: the template runs no threads of its
 own once it is ready (the one that moves it into a cgroup during its start, `_Joining`, has
-ended by then) and no event loop, holds no wire or journal state, and after the preload checks that no
-Python thread was started; if one was, it says so in `ready` and the host does not use it.
+ended by then) and no event loop, holds no wire or journal state, and after the preload
+checks that no Python thread was started; if one was, it says so in `ready` and the host does
+not use it.
 Native threads started by libraries at import (OpenBLAS's pool) register their own fork
 handlers and are not counted.
 
@@ -75,7 +76,7 @@ def main(argv: list[str]) -> None:
             # runtime's, it keeps the runtime's from being swept as empty (`sweep_cgroups` in
             # `toolscript.host.cgroups`). Any other template ends with its host, whose
             # cgroups are never swept while it lives, so it is not moved: a move into a
-            # cgroup waits for the kernel's RCU grace period (5-15 ms here), and a template
+            # cgroup waits for the kernel's RCU grace period (10-20 ms here), and a template
             # that is not ready yet is what a one-script command waits for.
             init.join_cgroup(f"{init.STAGING}/cgroup/{init.TEMPLATE_CGROUP}")
 
