@@ -153,6 +153,9 @@ class CallTable:
         self._loop = loop
         self._post = post
         self._script_id = script_id
+        self.wait_here: Callable[[asyncio.Future[Any]], None] | None = None
+        """Waits on the kernel's loop for an answer without a pass of the loop, when nothing
+        else could run meanwhile (set by the kernel: `Kernel.wait_here`)."""
         self._numbers = itertools.count(1)
         self._numbering = threading.Lock()
         self._waiting: dict[int, _Call] = {}
@@ -249,6 +252,10 @@ class CallTable:
             call.deadline = loop.time() + timeout
             timer = loop.call_later(timeout, self._expire, call)
         try:
+            if loop is self._loop and self.wait_here is not None and len(self._waiting) == 1:
+                # The only call in flight: no other task's answer can come meanwhile and wake
+                # it, so whatever runs next runs in the order it would have.
+                self.wait_here(future)  # done by its return, or else awaited as ever
             answer = await future
         except asyncio.CancelledError:
             self._waiting.pop(n, None)
