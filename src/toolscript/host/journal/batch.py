@@ -3,8 +3,10 @@ what that changes in the journal's memory of its calls."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
@@ -21,10 +23,9 @@ _END_SCRIPT = (
 
 # A call inserted whole: its start, and its answer and fate when the same flush has them.
 _INSERT_WHOLE_CALL = (
-    "INSERT INTO calls (id, host_id, call_id, script_id, shell, tool, args_brief, made_at, "
+    "INSERT INTO calls (host_id, call_id, script_id, shell, tool, args_brief, made_at, "
     "answered_at, is_error, answer_brief, answer_frame, fate, cause, uncertain_reason) VALUES "
 )
-_WHOLE_CALL_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 # Goal: a flush of a `gather`'s thousand calls costs the event loop as little as it can.
 # What fails: `executemany`, one statement step per row. The sqlite3 module lets go of the
@@ -38,9 +39,6 @@ _WHOLE_CALL_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 # times its median, against 2.7-2.9 at 16 rows, with the same `gather` throughput
 # (bench/README.md, "The journal flush and the p99").
 _ROWS_PER_INSERT = (16, 8, 4, 2, 1)
-_INSERT_WHOLE_CALLS = {
-    size: _INSERT_WHOLE_CALL + ", ".join([_WHOLE_CALL_ROW] * size) for size in _ROWS_PER_INSERT
-}
 _first = itemgetter(0)
 _NO_END = (None, None, None, None, None, None, None)
 """The columns after `made_at` of a call neither answered nor settled: `answered_at`,
@@ -74,16 +72,101 @@ _SETTLE_CALLS = _SETTLE + "WHERE id IN (SELECT value FROM json_each(:rows))"
 _OPEN, _ANSWERED, _PENDING, _CLOSED = range(4)
 
 
+WholeRow = tuple[Any, ...]
+"""A call as it is inserted: its `StartRow`, then `_NO_END`'s columns, filled in as far as the
+call has come (its answer, its fate)."""
+
+
+# Goal: a flush holds the GIL as little as it can, since a call that arrives meanwhile waits
+# for it (up to the interpreter's switch interval, 5 ms). What fails: merging each call's
+# start, answer and fate in the flush thread: a few Python steps per call, a millisecond and
+# more of a flush, unbroken, which is what set a sequential call's p99 (bench/README.md, "The
+# journal flush and the p99"). What we do: a call's answer and fate are written into its
+# row in the buffer as they are recorded, while the buffer still holds the row (most calls
+# are made, answered and settled within one flush); the flush inserts the rows as they are.
+# Answers and fates of calls whose rows went out with an earlier flush are kept apart, and
+# update those rows.
+def _answered(row: WholeRow, answer: AnswerRow) -> WholeRow:
+    """`row` with `answer` in it: kept whole unless its call was settled `seen`, and no
+    longer uncertain (its effect is known). A second answer changes nothing."""
+    if row[6] is not None:
+        return row
+    _, answered_at, is_error, answer_brief, frame = answer
+    fate = row[10]
+    kept = frame if frame is not None and len(frame) <= ANSWER_KEPT and fate != "seen" else None
+    return (*row[:6], answered_at, is_error, answer_brief, kept, fate, row[11], None)
+
+
+def _settled(row: WholeRow, fate: str, cause: str | None) -> WholeRow:
+    """`row` with its fate: uncertain if settled `pending` before any answer, its answer's
+    frame let go once `seen`. A call settled other than `pending` is settled for good."""
+    if row[10] is not None and row[10] != "pending":
+        return row
+    uncertain = "pending_at_settle" if fate == "pending" and row[6] is None else None
+    kept = None if fate == "seen" else row[9]
+    return (*row[:9], kept, fate, cause, uncertain)
+
+
+def _closed(row: WholeRow) -> bool:
+    """Whether nothing more can change the row of this call: settled, and answered unless
+    it was settled other than `pending`."""
+    return row[10] is not None and (row[10] != "pending" or row[6] is not None)
+
+
 @dataclass(slots=True)
 class _Buffer:
-    """What was recorded and is not yet in SQLite, in order within each kind."""
+    """What was recorded and is not yet in SQLite, in order within each kind.
+
+    `starts` holds whole rows (`WholeRow`), `where` each one's index by call id; `answers`
+    and `fates` hold only those of calls whose rows are not in `starts`.
+    """
 
     scripts: list[tuple[str, str, int, str, float]] = field(default_factory=list)
-    starts: list[StartRow] = field(default_factory=list)
+    starts: list[WholeRow] = field(default_factory=list)
     answers: list[AnswerRow] = field(default_factory=list)
     fates: list[FateRow] = field(default_factory=list)
     ends: list[tuple[str, float, str]] = field(default_factory=list)
     violations: list[tuple[str, str]] = field(default_factory=list)
+    where: dict[str, int] = field(default_factory=dict)
+
+    def add_starts(self, rows: Sequence[StartRow]) -> None:
+        starts, where = self.starts, self.where
+        for row in rows:
+            where[row[0]] = len(starts)
+            starts.append((*row, *_NO_END))
+
+    def add_answers(self, answers: Sequence[AnswerRow]) -> None:
+        starts, where = self.starts, self.where
+        for answer in answers:
+            i = where.get(answer[0])
+            if i is None:
+                self.answers.append(answer)
+            else:
+                starts[i] = _answered(starts[i], answer)
+
+    def add_fates(self, fates: Sequence[FateRow]) -> None:
+        starts, where = self.starts, self.where
+        for call_id, fate, cause in fates:
+            i = where.get(call_id)
+            if i is None:
+                self.fates.append((call_id, fate, cause))
+            else:
+                starts[i] = _settled(starts[i], fate, cause)
+
+    def after(self, later: _Buffer) -> _Buffer:
+        """This buffer, which was taken and not written, with `later` recorded after it."""
+        joined = _Buffer(
+            self.scripts + later.scripts,
+            self.starts + later.starts,
+            list(self.answers),
+            list(self.fates),
+            self.ends + later.ends,
+            self.violations + later.violations,
+        )
+        joined.where = {row[0]: i for i, row in enumerate(joined.starts)}
+        joined.add_answers(later.answers)
+        joined.add_fates(later.fates)
+        return joined
 
 
 class _Written(NamedTuple):
@@ -104,26 +187,16 @@ def _write_batch(
 ) -> _Written:
     """Write a batch in the open transaction; change nothing in memory (it may roll back).
 
-    A call made in this batch is inserted once, with its answer and fate when they are
-    in the batch too (most calls start and end within one flush): one row write instead
-    of an insert and two updates of the same row, which cost the flush thread (and,
-    through the GIL, the event loop) dearly. Answers and fates of calls written earlier
-    update their rows.
+    The calls made in this batch are inserted whole, as far as they have come (see
+    `_answered`). Answers and fates of calls written earlier update their rows.
     """
     if taken.scripts:
         db.executemany(
             _INSERT_SCRIPT, [(script[0], host_id, *script[1:]) for script in taken.scripts]
         )
-    # Call id -> the columns after `made_at` of a call made in this batch, replaced as
-    # its answer and fate come (tuples of strings and numbers, which the collector
-    # stops tracking, where lists would be walked by its older generations). Most calls
-    # are made, answered and settled within one flush: those are inserted whole and never
-    # enter the journal's memory.
-    ids = list(map(_first, taken.starts))
-    fresh: dict[str, tuple[Any, ...]] = dict.fromkeys(ids, _NO_END)
-    first = db.execute(_LAST_CALL).fetchone()[0] + 1 if ids else 0
-    # What became of calls in this batch. A call made in it is in none of the journal's
-    # memories (its id was checked when recorded), so one lookup serves both kinds.
+    starts = taken.starts
+    first = db.execute(_LAST_CALL).fetchone()[0] + 1 if starts else 0
+    # What became of calls written earlier, in this batch.
     states: dict[str, int] = {}
     answer_rows = []
 
@@ -135,41 +208,22 @@ def _write_batch(
 
     for call_id, answered_at, is_error, answer_brief, frame in taken.answers:
         state = state_of(call_id)
-        if state == _CLOSED:
+        row = open_rows.get(call_id)
+        if state == _CLOSED or row is None:
             continue
         kept = frame if frame is not None and len(frame) <= ANSWER_KEPT else None
-        whole = fresh.get(call_id)
-        if whole is not None:
-            fresh[call_id] = (answered_at, is_error, answer_brief, kept, whole[4], whole[5], None)
-        else:
-            row = open_rows.get(call_id)
-            if row is None:
-                continue
-            answer_rows.append((answered_at, is_error, answer_brief, kept, row))
+        answer_rows.append((answered_at, is_error, answer_brief, kept, row))
         states[call_id] = _CLOSED if state == _PENDING else _ANSWERED
     rows_by_fate: dict[tuple[str, str | None], list[int]] = {}
     for call_id, fate, cause in taken.fates:
         state = state_of(call_id)
-        if state == _CLOSED:
+        row = open_rows.get(call_id)
+        if state == _CLOSED or row is None:
             continue
-        whole = fresh.get(call_id)
-        if whole is not None:
-            # As _SETTLE_CALL would: uncertain only if settled pending with no answer.
-            unanswered = fate == "pending" and whole[0] is None
-            uncertain = "pending_at_settle" if unanswered else None
-            kept = None if fate == "seen" else whole[3]
-            fresh[call_id] = (*whole[:3], kept, fate, cause, uncertain)
-        else:
-            row = open_rows.get(call_id)
-            if row is None:
-                continue
-            rows_by_fate.setdefault((fate, cause), []).append(row)
+        rows_by_fate.setdefault((fate, cause), []).append(row)
         states[call_id] = _CLOSED if state == _ANSWERED or fate != "pending" else _PENDING
-    if fresh:
-        _insert_whole_calls(
-            db,
-            [(first + i, host_id, *call, *fresh[call[0]]) for i, call in enumerate(taken.starts)],
-        )
+    if starts:
+        _insert_whole_calls(db, host_id, starts)
     if answer_rows:
         db.executemany(_ANSWER_CALL, answer_rows)
     for (fate, cause), rows in rows_by_fate.items():
@@ -181,20 +235,35 @@ def _write_batch(
         db.executemany(_END_SCRIPT, taken.ends)
     if taken.violations:
         db.executemany(_RECORD_VIOLATION, taken.violations)
+    # The calls inserted and still open (most were inserted closed, and the journal's memory
+    # never holds them), and where each open one stands.
     new_rows: dict[str, int] = {}
-    for i, call_id in enumerate(ids):
-        if states.get(call_id) == _CLOSED:
-            del states[call_id]  # inserted closed: the journal's memory never held it
-        else:
-            new_rows[call_id] = first + i
-    return _Written(new_rows, states, ids)
+    for i, call in enumerate(starts):
+        if _closed(call):
+            continue
+        new_rows[call[0]] = first + i
+        if call[6] is not None:
+            states[call[0]] = _ANSWERED
+        elif call[10] == "pending":
+            states[call[0]] = _PENDING
+    return _Written(new_rows, states, list(map(_first, starts)))
 
 
-def _insert_whole_calls(db: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    """Insert calls whole (`_INSERT_WHOLE_CALL`'s columns), many rows per statement."""
+def _insert_whole_calls(db: sqlite3.Connection, host_id: int, rows: list[WholeRow]) -> None:
+    """Insert calls whole, many rows per statement. They take the ids after the largest so
+    far, in order: SQLite gives a row without one the largest id plus one, and the batch's
+    transaction keeps other writers out until it ends."""
     done = 0
     for size in _ROWS_PER_INSERT:
-        statement = _INSERT_WHOLE_CALLS[size]
+        statement = _insert_whole_calls_statement(size, host_id)
         while len(rows) - done >= size:
             db.execute(statement, list(chain.from_iterable(rows[done : done + size])))
             done += size
+
+
+@functools.cache
+def _insert_whole_calls_statement(size: int, host_id: int) -> str:
+    """The INSERT of `size` whole calls of host `host_id` (an integer, written into the
+    statement, so that the rows are bound as they are)."""
+    row = f"({int(host_id)}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    return _INSERT_WHOLE_CALL + ", ".join([row] * size)

@@ -141,15 +141,7 @@ class _WriteBehind:
     def _put_back(self, taken: _Buffer) -> None:
         """A batch that was not committed goes back to the front of the buffer."""
         with self._buffer_lock:
-            later = self._buffer
-            self._buffer = _Buffer(
-                taken.scripts + later.scripts,
-                taken.starts + later.starts,
-                taken.answers + later.answers,
-                taken.fates + later.fates,
-                taken.ends + later.ends,
-                taken.violations + later.violations,
-            )
+            self._buffer = taken.after(self._buffer)
             if self._closed:
                 self._filled = True
             elif not self._filled:

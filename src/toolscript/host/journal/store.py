@@ -202,7 +202,7 @@ class Journal(_ServeRecords, _WriteBehind):
                 if intents is not None:
                     intents.append(line)
                 unwritten.update(ids)
-            self._buffer.starts.extend(rows)
+            self._buffer.add_starts(rows)
             if not self._filled:
                 self._fill()
 
@@ -218,7 +218,7 @@ class Journal(_ServeRecords, _WriteBehind):
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
-            self._buffer.answers.extend(answers)
+            self._buffer.add_answers(answers)
             if not self._filled:
                 self._fill()
 
@@ -231,7 +231,7 @@ class Journal(_ServeRecords, _WriteBehind):
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
-            self._buffer.fates.extend(fates)
+            self._buffer.add_fates(fates)
             if not self._filled:
                 self._fill()
 
