@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -194,6 +195,69 @@ def test_recording_never_waits_for_a_commit_in_progress(tmp_path: Path) -> None:
             ("c-3", None),
         ]
         assert [(s.script_id, s.status) for s in journal.scripts()] == [("s-1", "ok")]
+
+
+@pytest.mark.timeout(30)
+def test_answers_and_fates_find_their_calls_in_a_batch_put_back_after_a_failed_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A call's answer and fate are written into its buffered row while the buffer holds it.
+    # A batch whose commit failed goes back in front of what came since: answers and fates
+    # recorded meanwhile (kept apart, since the batch was taken) must reach its rows.
+    monkeypatch.setattr("toolscript.host.journal.store._BUSY_TIMEOUT_MS", 300)
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        journal.begin_script("s-1", "main", 1, "a()", NOW)
+        journal.record_calls([start("c-1"), start("c-2"), start("c-3")])
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        failed: list[BaseException] = []
+
+        def flush() -> None:
+            try:
+                journal.flush()
+            except sqlite3.OperationalError as error:
+                failed.append(error)
+
+        flusher = threading.Thread(target=flush)
+        flusher.start()
+        deadline = time.monotonic() + 10
+        while journal._buffer.starts and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert not journal._buffer.starts, "the flush did not take the buffer"
+        # Recorded while the batch is taken: kept apart, then joined to it when it comes back.
+        journal.record_answers([CallAnswer("c-1", NOW + 1, False, "'one'", b"frame-1")])
+        flusher.join()
+        assert failed, "the commit did not fail"
+        # Recorded after the failed commit: into the rows put back.
+        journal.settle_calls([CallFate("c-1", "seen", None), CallFate("c-2", "pending", "timeout")])
+        journal.record_answers([CallAnswer("c-2", NOW + 2, True, "'late'", b"frame-2")])
+        journal.record_calls([start("c-4")])
+        journal.record_answers([CallAnswer("c-4", NOW + 3, False, "'four'", b"frame-4")])
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        journal.flush()
+        # Flushed earlier: these update the rows.
+        journal.settle_calls([CallFate("c-3", "pending", "stopped"), CallFate("c-4", "seen", None)])
+        journal.flush()
+        by_id = {call.call_id: call for call in journal.calls(script_id="s-1")}
+    assert list(by_id) == ["c-1", "c-2", "c-3", "c-4"]
+    one, two, three, four = by_id.values()
+    assert (one.fate, one.answer_brief, one.uncertain) == ("seen", "'one'", False)
+    assert (two.fate, two.cause, two.answer_brief, two.is_error) == (
+        "pending",
+        "timeout",
+        "'late'",
+        True,
+    )
+    assert not two.uncertain  # its answer came: its effect is known
+    assert (three.fate, three.cause, three.answered_at) == ("pending", "stopped", None)
+    assert three.uncertain_reason == "pending_at_settle"
+    assert (four.fate, four.answer_brief) == ("seen", "'four'")
+    with sqlite3.connect(path) as db:
+        frames = dict(db.execute("SELECT call_id, answer_frame FROM calls").fetchall())
+    # A frame is kept until its call is seen: only the answer of the call settled pending.
+    assert frames == {"c-1": None, "c-2": b"frame-2", "c-3": None, "c-4": None}
 
 
 @pytest.mark.timeout(30)
