@@ -3,10 +3,15 @@
 A child Python process (started the way the kernel is: the same interpreter, `-I`) echoes
 length-prefixed frames over a socketpair; the parent times send-and-receive of one frame of
 about the size of a tool call. No asyncio, no JSON: nothing toolscript does can be cheaper.
+
+`asyncio_round_trips` is the second floor, the same echo with asyncio's event loop on both
+sides: what a host and a kernel that each run one pay before any work of their own.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import socket
 import statistics
 import struct
@@ -49,6 +54,94 @@ def raw_round_trips(count: int = 2000, size: int = 200) -> list[float]:
         parent.close()
         process.wait(timeout=10)
     return times
+
+
+_ASYNCIO_ECHO = r"""
+import asyncio, socket, sys
+
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.data = transport, b""
+
+    def data_received(self, data):
+        self.data += data
+        while len(self.data) >= 4:
+            end = 4 + int.from_bytes(self.data[:4], "big")
+            if len(self.data) < end:
+                break
+            self.transport.write(self.data[:end])
+            self.data = self.data[end:]
+
+    def connection_lost(self, exc):
+        asyncio.get_running_loop().stop()
+
+loop = asyncio.new_event_loop()
+sock = socket.socket(fileno=int(sys.argv[1]))
+loop.run_until_complete(loop.connect_accepted_socket(Echo, sock=sock))
+loop.run_forever()
+"""
+
+
+class _Answers(asyncio.Protocol):
+    """The parent's end of the asyncio echo: each whole frame resolves `waiter`."""
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.waiter: asyncio.Future[bytes] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
+        end = 4 + int.from_bytes(self.data[:4], "big") if len(self.data) >= 4 else 0
+        if end and len(self.data) >= end and self.waiter is not None:
+            frame, self.data = self.data[:end], self.data[end:]
+            self.waiter.set_result(frame)
+
+
+def asyncio_round_trips(count: int = 2000, size: int = 200) -> tuple[list[float], float]:
+    """The same echo with asyncio's own event loop on both sides (no JSON, no tasks of its
+    own): seconds per round trip, and the echoing process's CPU seconds per round trip.
+
+    What any two processes that talk through asyncio's loop pay on this machine: the floor
+    of a design whose host and kernel each run one (toolscript's do).
+    """
+    parent, child = socket.socketpair()
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-c", _ASYNCIO_ECHO, str(child.fileno())],
+        pass_fds=(child.fileno(),),
+    )
+    child.close()
+    frame = struct.pack(">I", size) + b"x" * size
+
+    async def run() -> tuple[list[float], float]:
+        loop = asyncio.get_running_loop()
+        transport, answers = await loop.connect_accepted_socket(_Answers, sock=parent)
+        times: list[float] = []
+        cpu = 0.0
+        for i in range(count + 200):
+            if i == 200:
+                cpu = _cpu_seconds(process.pid)
+            start = time.perf_counter()
+            answers.waiter = loop.create_future()
+            transport.write(frame)
+            await answers.waiter
+            if i >= 200:
+                times.append(time.perf_counter() - start)
+        cpu = _cpu_seconds(process.pid) - cpu
+        transport.close()
+        return times, cpu / count
+
+    try:
+        return asyncio.run(run())
+    finally:
+        parent.close()
+        process.wait(timeout=10)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process `pid` so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def summary(times: list[float]) -> dict[str, float]:

@@ -6,6 +6,8 @@ Measures, in each round (rounds interleave everything so machine noise hits all 
 
 - the raw Python-to-Python round trip of a 200-byte frame (the floor): a bare
   length-prefixed echo over a socket pair between two Python processes (`floor.py`);
+- the same echo with asyncio's event loop on both sides, and the CPU its echoing side spends
+  per round trip: the floor of any host and kernel that each run one (`floor.py`);
 - a trivial Python tool's round trip from the script: `await noop(x=i)` in a loop, each call
   timed inside the script (median, p99);
 - calls per second from one script through `asyncio.gather` over `--gather` calls: the
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from floor import raw_round_trips, summary
+from floor import asyncio_round_trips, raw_round_trips, summary
 
 from toolscript import Runtime, tool
 from toolscript.host.journal import Journal
@@ -131,6 +133,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         for index in range(options.rounds):
             raw = summary(raw_round_trips(options.calls))
+            asyncio_times, asyncio_cpu = asyncio_round_trips(options.calls)
+            raw["asyncio"] = {**summary(asyncio_times), "echo_cpu_us": asyncio_cpu * 1e6}
             file_journal = str(Path(folder) / f"journal-{index}.sqlite3")
             on = asyncio.run(measure(file_journal, options.calls, options.gather))
             memory = asyncio.run(measure(":memory:", options.calls, options.gather))
@@ -149,6 +153,7 @@ def main() -> None:
         return statistics.median(values)
 
     raw_ms = med(["raw", "median_ms"])
+    asyncio_ms = med(["raw", "asyncio", "median_ms"])
     call_ms = med(["file", "round_trip", "median_ms"])
     report = {
         "raw_round_trip_median_ms": raw_ms,
@@ -162,6 +167,11 @@ def main() -> None:
             key: med([key, "gather_sustained_calls_per_s"]) for key in ("file", "memory", "off")
         },
         "rounds": rounds,
+    }
+    report["asyncio_echo"] = {
+        "round_trip_median_ms": asyncio_ms,
+        "echo_cpu_us": med(["raw", "asyncio", "echo_cpu_us"]),
+        "tool_call_over_asyncio_echo": call_ms / asyncio_ms,
     }
     report["tool_round_trip_p99_over_median"] = med(["file", "round_trip", "p99_ms"]) / call_ms
     report["busy_poll_off"] = {
@@ -186,6 +196,10 @@ def main() -> None:
         1 - report["gather_calls_per_s_file_journal"] / report["gather_calls_per_s_journal_off"]
     )
     print(f"bare socket echo (the floor):  median {raw_ms:.3f} ms")
+    print(
+        f"asyncio echo (an event loop on each side): median {asyncio_ms:.3f} ms, "
+        f"the echoing side's CPU {report['asyncio_echo']['echo_cpu_us']:.0f} µs per round trip"
+    )
     print(
         f"tool call round trip (file journal): median {call_ms:.3f} ms, "
         f"p99 {report['tool_round_trip_p99_ms']:.3f} ms "
