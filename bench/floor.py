@@ -119,14 +119,14 @@ def asyncio_round_trips(count: int = 2000, size: int = 200) -> tuple[list[float]
         cpu = 0.0
         for i in range(count + 200):
             if i == 200:
-                cpu = _cpu_seconds(process.pid)
+                cpu = cpu_seconds(process.pid)
             start = time.perf_counter()
             answers.waiter = loop.create_future()
             transport.write(frame)
             await answers.waiter
             if i >= 200:
                 times.append(time.perf_counter() - start)
-        cpu = _cpu_seconds(process.pid) - cpu
+        cpu = cpu_seconds(process.pid) - cpu
         transport.close()
         return times, cpu / count
 
@@ -137,7 +137,7 @@ def asyncio_round_trips(count: int = 2000, size: int = 200) -> tuple[list[float]
         process.wait(timeout=10)
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     """User and system CPU time of process `pid` so far (Linux /proc)."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from floor import summary
+from floor import cpu_seconds, summary
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from toolscript import Runtime
@@ -64,12 +64,6 @@ for _ in range({bursts}):
     assert results == [str(i) for i in range({burst})], results[:3]
 rates
 """
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of process `pid` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def direct(calls: int, burst: int, bursts: int) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from floor import asyncio_round_trips, raw_round_trips, summary
+from floor import asyncio_round_trips, cpu_seconds, raw_round_trips, summary
 
 from toolscript import Runtime, tool
 from toolscript.host.journal import Journal
@@ -85,12 +84,6 @@ results = await asyncio.gather(*[noop(x=i) for i in range({calls})])
 assert results == list(range({calls}))
 {calls} / (time.perf_counter() - start)
 """
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of process `pid` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(
