@@ -172,9 +172,9 @@ class Kernel:
     # event loop's. What fails: `await future` hands the task back to the loop, which then
     # takes two passes for the answer (the channel's read, then the task's wake-up), each
     # computing timeouts and walking its queues in Python, on caches the sleep left cold:
-    # 10-25% of the kernel's CPU per sequential call here (bench/README.md). What we do: when
-    # nothing else could run before the answer comes (no callback ready, no timer due, no
-    # frame waiting to go out, no other call in flight: `CallTable.invoke` checks that one),
+    # up to a quarter of the kernel's CPU per sequential call here (bench/README.md). What we
+    # do: when nothing else could run before the answer comes (no callback ready, no timer
+    # due, no frame waiting to go out, no other call in flight: `CallTable.invoke` checks that),
     # the call waits in the loop's own selector itself, through the same busy polling, with
     # the main thread marked idle as the loop marks it, and reads the channel itself as the
     # loop's reader would. Anything else the selector reports (a stop's wake-up, a thread's
