@@ -139,7 +139,9 @@ class CallTable:
 
     `post(frame_bytes, reply)` sends a frame (batched when called on the kernel's loop
     thread), `reply` the kind of reply it waits for (a tool's key), None for none;
-    `script_id()` names the script running now, or None between scripts.
+    `script_id()` names the script running now, or None between scripts; `wait_here(future)`
+    waits on the kernel's loop for a call's answer without a pass of the loop, when nothing
+    else could run meanwhile (`Kernel.wait_here`).
     """
 
     def __init__(
@@ -147,15 +149,14 @@ class CallTable:
         loop: asyncio.AbstractEventLoop,
         post: Callable[[bytes, str | None], None],
         script_id: Callable[[], str | None],
+        wait_here: Callable[[asyncio.Future[Any]], None],
     ) -> None:
         global _table
         _table = self
         self._loop = loop
         self._post = post
         self._script_id = script_id
-        self.wait_here: Callable[[asyncio.Future[Any]], None] | None = None
-        """Waits on the kernel's loop for an answer without a pass of the loop, when nothing
-        else could run meanwhile (set by the kernel: `Kernel.wait_here`)."""
+        self._wait_here = wait_here
         self._numbers = itertools.count(1)
         self._numbering = threading.Lock()
         self._waiting: dict[int, _Call] = {}
@@ -252,10 +253,10 @@ class CallTable:
             call.deadline = loop.time() + timeout
             timer = loop.call_later(timeout, self._expire, call)
         try:
-            if loop is self._loop and self.wait_here is not None and len(self._waiting) == 1:
+            if loop is self._loop and len(self._waiting) == 1:
                 # The only call in flight: no other task's answer can come meanwhile and wake
                 # it, so whatever runs next runs in the order it would have.
-                self.wait_here(future)  # done by its return, or else awaited as ever
+                self._wait_here(future)  # done by its return, or else awaited as ever
             answer = await future
         except asyncio.CancelledError:
             self._waiting.pop(n, None)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import gc
 import inspect
 import linecache
 import os
 import traceback
 import types
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -53,10 +55,19 @@ def compile_cell(source: str, filename: str) -> Cell:
     `SystemError` ("AST constructor recursion depth mismatch"): the script would fail to
     compile for nothing of its own.
     """
+    with no_collection():
+        return _compile_cell(source, filename)
+
+
+@contextlib.contextmanager
+def no_collection() -> Iterator[None]:
+    """No garbage collection while the parser builds an AST (see `compile_cell`): on Python
+    3.11.2 and 3.11.7 alike, an `ast.parse` run by a finalizer inside another one's AST
+    conversion makes the outer raise `SystemError`. The check's parses use it too."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile_cell(source, filename)
+        yield
     finally:
         if enabled:
             gc.enable()

@@ -96,8 +96,7 @@ class Kernel:
             "ToolError": ToolError,
             "ToolTimeout": ToolTimeout,
         }
-        self.calls = CallTable(self.loop, self.post, self._current_script_id)
-        self.calls.wait_here = self.wait_here
+        self.calls = CallTable(self.loop, self.post, self._current_script_id, self.wait_here)
         self.namespace["show"] = make_show(self.post, self._current_script_id)
         self._bound: dict[str, Any] = {}
         self._names = NameTeller()

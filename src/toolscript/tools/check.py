@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
 import difflib
 import functools
-import gc
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from ..kernel.cells import no_collection
 
 __all__ = [
     "RULES",
@@ -191,7 +191,7 @@ class CheckedScript:
     def syntax_error(self) -> Finding | None:
         """The script's syntax error as this Python's parser finds it, if it has one."""
         try:
-            with _no_collection():
+            with no_collection():
                 compile(self._tree, SCRIPT_FILE, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
         except SyntaxError as error:
             return Finding(error.lineno or 1, f"syntax error: {error.msg}")
@@ -199,7 +199,7 @@ class CheckedScript:
 
     @functools.cached_property
     def _tree(self) -> ast.Module:
-        with _no_collection():
+        with no_collection():
             return ast.parse(self._code, SCRIPT_FILE)
 
     @functools.cached_property
@@ -375,7 +375,7 @@ class CheckedScript:
 
 def _typed_dict_names(prompt: str) -> Iterable[str]:
     try:
-        with _no_collection():
+        with no_collection():
             tree = ast.parse(prompt)
     except SyntaxError:
         return
@@ -428,19 +428,3 @@ def _did_you_mean(name: str, candidates: list[str], listing: str, prefix: str = 
 def _example(name: str, plan: dict[str, Any]) -> str:
     required = [str(p["spelling"]) for p in plan["parameters"] if p["required"]]
     return f"`await {name}({', '.join(f'{spelling}=...' for spelling in required)})`"
-
-
-@contextlib.contextmanager
-def _no_collection() -> Iterator[None]:
-    """No garbage collection while the parser builds an AST. A collection runs finalizers,
-    and one that formats a traceback (an asyncio future logging an error no one took) parses
-    source itself on Python 3.11, to place its carets; an `ast.parse` inside another one's
-    AST conversion makes the outer raise `SystemError` ("AST constructor recursion depth
-    mismatch"), on 3.11.2 and 3.11.7 alike."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
