@@ -119,3 +119,26 @@ async def test_a_script_calling_one_call_after_another_stops_at_its_time_limit(
         assert (last.fate, last.cause) in {("pending", "stopped"), ("late", "stopped")}, last
     after = await runtime.run("await noop(x=7)")
     assert after.status == "ok" and after.value == "7", after.text
+
+
+@pytest.mark.timeout(30)
+async def test_a_script_that_closes_the_selector_under_a_waiting_call_ends_and_is_replaced(
+    runtime: Runtime,
+) -> None:
+    # Hostile: a thread closes the loop's epoll while the call waits in it, and nothing will
+    # ever answer the call. The time limit's stop finds the kernel's descriptor broken, and
+    # the run ends saying so; the call stays pending; the next run has a new interpreter.
+    code = (
+        "import asyncio, os, threading\n"
+        "fd = asyncio.get_running_loop()._selector._selector.fileno()\n"
+        "threading.Timer(0.1, os.close, (fd,)).start()\n"
+        "await held()\n"
+    )
+    result = await runtime.run(code, time_limit=0.5)
+    assert result.status == "crashed", result.text
+    assert "(the event loop's selector) was closed" in result.text
+    [record] = result.calls.records
+    assert (record.tool, record.fate, record.cause) == ("held", "pending", "interpreter_gone")
+    after = await runtime.run("await noop(x=3)")
+    assert after.status == "ok" and after.value == "3", after.text
+    assert after.generation != result.generation
