@@ -26,21 +26,22 @@ from typing import Any, TextIO, cast
 import anyio
 import httpx2
 import mcp.types as types
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession
 from mcp.client._transport import TransportStreams
 from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.message import SessionMessage
 
-from .config import HTTPServerConfig, ServerConfig, StdioServerConfig
+from .config import HTTPServerConfig, ServerConfig
+from .stdio import stdio_streams
 
 __all__ = ["CLOSE_TIMEOUT", "Connection", "Transport", "transport"]
 
 logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT = 10.0
-"""Seconds a server gets to close. The SDK's own stdio shutdown (close stdin, wait 2 s, SIGTERM
+"""Seconds a server gets to close. A stdio server's shutdown (close stdin, wait 2 s, SIGTERM
 to the process group, wait 2 s, SIGKILL) fits inside it; past it we stop waiting."""
 
 _MAX_LIST_PAGES = 100
@@ -53,7 +54,7 @@ def transport(config: ServerConfig, errlog: Callable[[], TextIO]) -> Transport:
     """How to reach the server of `config`; a stdio server's stderr goes to `errlog()`."""
     if isinstance(config, HTTPServerConfig):
         return lambda: _http_transport(config)
-    return lambda: _stdio_transport(config, errlog())
+    return lambda: stdio_streams(config, errlog())
 
 
 class Connection:
@@ -216,18 +217,6 @@ def _client_info() -> types.Implementation:
     except metadata.PackageNotFoundError:
         version = "0"
     return types.Implementation(name="toolscript", version=version)
-
-
-def _stdio_transport(
-    config: StdioServerConfig, errlog: TextIO
-) -> contextlib.AbstractAsyncContextManager[TransportStreams]:
-    parameters = StdioServerParameters(
-        command=config.command,
-        args=list(config.args),
-        env=dict(config.env) or None,
-        cwd=config.cwd,
-    )
-    return stdio_client(parameters, errlog=errlog)
 
 
 @asynccontextmanager

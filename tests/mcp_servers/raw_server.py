@@ -1,0 +1,84 @@
+"""An MCP stdio server written by hand, for what the SDK's server never does on the wire.
+
+It answers `initialize`, `tools/list` and these tools (any other request: a JSON-RPC error):
+
+    noisy(text)     writes a line that is not JSON and an empty line, then the answer cut in
+                    two writes with a pause between (one line across reads), then echoes `text`
+    deafen()        answers, then closes its stdin and lives on with its stdout open, as a
+                    server whose input broke: the client's next write fails
+
+Run: python raw_server.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+TOOLS = [
+    {"name": name, "description": text, "inputSchema": {"type": "object", "properties": {}}}
+    for name, text in (
+        ("noisy", "Garbage around an answer cut in two."),
+        ("deafen", "Stop reading stdin."),
+    )
+]
+
+
+def write(data: bytes) -> None:
+    os.write(1, data)
+
+
+def send(message: dict[str, Any]) -> None:
+    write(json.dumps(message).encode() + b"\n")
+
+
+def text_result(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": False}
+
+
+def main() -> None:
+    for line in sys.stdin.buffer:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        method, ident = message.get("method"), message.get("id")
+        if ident is None:
+            continue  # a notification
+        params = message.get("params") or {}
+        if method == "initialize":
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": ident,
+                    "result": {
+                        "protocolVersion": params.get("protocolVersion"),
+                        "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "raw", "version": "1"},
+                    },
+                }
+            )
+        elif method == "tools/list":
+            send({"jsonrpc": "2.0", "id": ident, "result": {"tools": TOOLS}})
+        elif method == "tools/call" and params.get("name") == "noisy":
+            text = (params.get("arguments") or {}).get("text", "")
+            write(b"this is not JSON-RPC\n\n")
+            answer = json.dumps({"jsonrpc": "2.0", "id": ident, "result": text_result(text)})
+            half = len(answer) // 2
+            write(answer[:half].encode())
+            time.sleep(0.05)
+            write(answer[half:].encode() + b"\n")
+        elif method == "tools/call" and params.get("name") == "deafen":
+            send({"jsonrpc": "2.0", "id": ident, "result": text_result("deaf now")})
+            os.close(0)
+            time.sleep(600)
+            return
+        else:
+            error = {"code": -32601, "message": f"no such method here: {method}"}
+            send({"jsonrpc": "2.0", "id": ident, "error": error})
+
+
+if __name__ == "__main__":
+    main()

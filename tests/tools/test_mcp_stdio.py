@@ -1,0 +1,131 @@
+"""A stdio MCP server's pipes as toolscript reads and writes them (`tools/mcp/stdio.py`), against
+real server processes: one on the SDK's server, and one written by hand for what the SDK's
+server never puts on the wire."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import pytest_asyncio
+
+from toolscript.tools.mcp import MCPTools
+from toolscript.tools.mcp.stdio import ServerOutput
+from toolscript.tools.spec import SourceGone, ToolOutcome
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SERVERS = Path(__file__).parent.parent / "mcp_servers"
+
+
+def server(script: str) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [str(SERVERS / script)]}
+
+
+async def call(tools: MCPTools, server: str, tool: str, **arguments: Any) -> ToolOutcome:
+    spec = next(s for s in tools.specs() if s.server == server and s.name == tool)
+    return await asyncio.wait_for(spec.handler(arguments), 20)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def demo(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[MCPTools]:
+    config = {"mcpServers": {"demo": server("demo_server.py")}}
+    tools = await MCPTools.open(config, tmp_path_factory.mktemp("logs"), startup_timeout=20)
+    try:
+        yield tools
+    finally:
+        await asyncio.wait_for(tools.aclose(), 15)
+
+
+@pytest.mark.timeout(30)
+async def test_an_answer_of_megabytes_comes_whole_across_many_reads(demo: MCPTools) -> None:
+    text = "".join(chr(0x41 + i % 26) for i in range(3_000_000)) + "é"  # 46 reads of 64 KiB
+    assert await call(demo, "demo", "echo", text=text) == ToolOutcome(value=text)
+    assert await call(demo, "demo", "echo", text="after") == ToolOutcome(value="after")
+
+
+@pytest.mark.timeout(30)
+async def test_the_answers_of_a_burst_come_to_their_own_calls(demo: MCPTools) -> None:
+    texts = [f"call {i}" for i in range(300)]
+    answers = await asyncio.gather(*(call(demo, "demo", "echo", text=t) for t in texts))
+    assert answers == [ToolOutcome(value=t) for t in texts]
+
+
+@pytest.mark.timeout(30)
+async def test_lines_that_are_no_message_are_logged_and_an_answer_cut_in_two_arrives(
+    tmp_path: Path,
+) -> None:
+    async with await MCPTools.open(
+        {"mcpServers": {"raw": server("raw_server.py")}}, tmp_path
+    ) as tools:
+        assert tools.failures == {}
+        assert await call(tools, "raw", "noisy", text="through") == ToolOutcome(value="through")
+        assert await call(tools, "raw", "noisy", text="again") == ToolOutcome(value="again")
+    log = (tmp_path / "raw.log").read_text()
+    assert log.count("the connection reported an error") == 2  # the garbage, not the empty line
+    assert "this is not JSON-RPC" in log
+
+
+@pytest.mark.timeout(30)
+async def test_a_server_that_stops_reading_fails_the_next_call_as_gone_and_is_started_again(
+    tmp_path: Path,
+) -> None:
+    async with await MCPTools.open(
+        {"mcpServers": {"raw": server("raw_server.py")}}, tmp_path
+    ) as tools:
+        assert await call(tools, "raw", "deafen") == ToolOutcome(value="deaf now")
+        # Its stdout stays open and nothing will ever answer: the failed write must end the
+        # session, or this call would wait forever.
+        with pytest.raises(SourceGone, match=r"'raw'.*'noisy'"):
+            await call(tools, "raw", "noisy", text="lost")
+        assert await call(tools, "raw", "noisy", text="back") == ToolOutcome(value="back")
+    assert (tmp_path / "raw.log").read_text().count(f": starting {sys.executable}") == 2
+
+
+class _Chunks(anyio.abc.ByteReceiveStream):
+    """A stdout that gives `chunks` one per read, then its end."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if not self.chunks:
+            raise anyio.EndOfStream
+        return self.chunks.pop(0)
+
+    async def aclose(self) -> None:
+        self.chunks = []
+
+
+def _line(n: int) -> bytes:
+    return b'{"jsonrpc": "2.0", "id": %d, "result": {}}\n' % n
+
+
+@pytest.mark.timeout(10)
+async def test_lines_are_cut_where_their_newlines_are_however_the_reads_fall() -> None:
+    stream = _line(1) + _line(2) + b"\n" + _line(3) + b"not json\n" + _line(4)
+    for cuts in ([len(stream)], [1] * len(stream), [7, 50, 3, 90, 1000]):
+        chunks, at = [], 0
+        for size in cuts:
+            chunks.append(stream[at : at + size])
+            at += size
+        output = ServerOutput(_Chunks([c for c in chunks if c]))
+        got = [item async for item in output]
+        assert [getattr(getattr(m, "message", None), "id", None) for m in got] == [1, 2, 3, None, 4]
+        assert isinstance(got[3], ValueError)
+        with pytest.raises(anyio.EndOfStream):
+            await output.receive()
+
+
+@pytest.mark.timeout(10)
+async def test_an_unfinished_last_line_is_not_a_message_and_the_stream_ends() -> None:
+    output = ServerOutput(_Chunks([_line(1) + b'{"jsonrpc": "2.0", "id": 2']))
+    first = await output.receive()
+    assert getattr(getattr(first, "message", None), "id", None) == 1
+    with pytest.raises(anyio.EndOfStream):
+        await output.receive()
