@@ -4,8 +4,9 @@ It answers `initialize`, `tools/list` and these tools (any other request: a JSON
 
     noisy(text)     writes a line that is not JSON and an empty line, then the answer cut in
                     two writes with a pause between (one line across reads), then echoes `text`
-    deafen()        answers, then closes its stdin and lives on with its stdout open, as a
-                    server whose input broke: the client's next write fails
+    deafen()        answers, then closes its stdin (every descriptor of it) and lives on with
+                    its stdout open, as a server whose input broke: the client's next write
+                    fails
 
 Run: python raw_server.py
 """
@@ -73,6 +74,7 @@ def main() -> None:
         elif method == "tools/call" and params.get("name") == "deafen":
             send({"jsonrpc": "2.0", "id": ident, "result": text_result("deaf now")})
             os.close(0)
+            os.closerange(3, 1 << 16)  # and the copies of it uvloop's spawn leaves open here
             time.sleep(600)
             return
         else:
