@@ -7,6 +7,7 @@ It answers `initialize`, `tools/list` and these tools (any other request: a JSON
     deafen()        answers, then closes its stdin (every descriptor of it) and lives on with
                     its stdout open, as a server whose input broke: the client's next write
                     fails
+    flood(bytes)    writes `bytes` bytes of one line that never ends, and lives on
 
 Run: python raw_server.py
 """
@@ -24,6 +25,7 @@ TOOLS = [
     for name, text in (
         ("noisy", "Garbage around an answer cut in two."),
         ("deafen", "Stop reading stdin."),
+        ("flood", "Write bytes without a line's end."),
     )
 ]
 
@@ -71,6 +73,12 @@ def main() -> None:
             write(answer[:half].encode())
             time.sleep(0.05)
             write(answer[half:].encode() + b"\n")
+        elif method == "tools/call" and params.get("name") == "flood":
+            size = int((params.get("arguments") or {}).get("bytes", 0))
+            for _ in range(size >> 16):
+                write(b"x" * (1 << 16))
+            time.sleep(600)
+            return
         elif method == "tools/call" and params.get("name") == "deafen":
             send({"jsonrpc": "2.0", "id": ident, "result": text_result("deaf now")})
             os.close(0)

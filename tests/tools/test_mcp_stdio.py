@@ -15,6 +15,7 @@ import pytest
 import pytest_asyncio
 
 from toolscript.tools.mcp import MCPTools
+from toolscript.tools.mcp import stdio
 from toolscript.tools.mcp.stdio import ServerOutput
 from toolscript.tools.spec import SourceGone, ToolOutcome
 
@@ -85,6 +86,18 @@ async def test_a_server_that_stops_reading_fails_the_next_call_as_gone_and_is_st
             await call(tools, "raw", "noisy", text="lost")
         assert await call(tools, "raw", "noisy", text="back") == ToolOutcome(value="back")
     assert (tmp_path / "raw.log").read_text().count(f": starting {sys.executable}") == 2
+
+
+@pytest.mark.timeout(30)
+async def test_a_line_that_never_ends_ends_the_session_not_the_hosts_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stdio, "MAX_LINE", 1 << 20)
+    async with await MCPTools.open({"mcpServers": {"raw": server("raw_server.py")}}, tmp_path) as tools:
+        with pytest.raises(SourceGone, match=r"'raw'.*'flood'"):
+            await call(tools, "raw", "flood", bytes=4 << 20)
+        assert await call(tools, "raw", "noisy", text="back") == ToolOutcome(value="back")
+    assert "more than 1 MiB without a line's end" in (tmp_path / "raw.log").read_text()
 
 
 class _Chunks(anyio.abc.ByteReceiveStream):

@@ -16,7 +16,7 @@ while its stdout is drained so that a server blocked writing can see its stdin c
 
 The failures look as they did through `stdio_client`: a line that is not a JSON-RPC message
 reaches the session as an exception (an empty line is skipped), a server that exits ends the
-read stream
+read stream, so does a line longer than `MAX_LINE`
 (`anyio.EndOfStream`), and a write to a server that is gone ends the read stream too, so
 that the calls in flight fail as the session fails them when the connection ends.
 """
@@ -37,7 +37,7 @@ from mcp.shared.message import SessionMessage
 
 from .config import StdioServerConfig
 
-__all__ = ["stdio_streams"]
+__all__ = ["MAX_LINE", "ServerInput", "ServerOutput", "stdio_streams"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,11 @@ killed server to be seen gone (the SDK's figures)."""
 
 _EXIT_POLL = 0.01
 _CHUNK = 1 << 16
+
+MAX_LINE = 256 * 1024 * 1024
+"""The longest line a server may write, in bytes: four times the largest frame the kernel
+takes (an answer that long could not reach the script anyway). A longer one ends the session,
+as if the server had gone, instead of the host's memory."""
 
 
 @asynccontextmanager
@@ -108,6 +113,14 @@ class ServerOutput:
             except OSError as error:
                 self._ended = True
                 raise anyio.EndOfStream from error
+            if len(buffer) > MAX_LINE and buffer.find(b"\n", self._searched) < 0:
+                buffer.clear()
+                self._start = self._searched = 0
+                await self.end()
+                return ValueError(
+                    f"the server wrote more than {MAX_LINE >> 20} MiB without a line's end, "
+                    "so its session was ended"
+                )
 
     async def end(self) -> None:
         """End the stream: a `receive` waiting now, and every later one, raises `EndOfStream`."""
