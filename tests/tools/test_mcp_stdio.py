@@ -93,7 +93,9 @@ async def test_a_line_that_never_ends_ends_the_session_not_the_hosts_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(stdio, "MAX_LINE", 1 << 20)
-    async with await MCPTools.open({"mcpServers": {"raw": server("raw_server.py")}}, tmp_path) as tools:
+    async with await MCPTools.open(
+        {"mcpServers": {"raw": server("raw_server.py")}}, tmp_path
+    ) as tools:
         with pytest.raises(SourceGone, match=r"'raw'.*'flood'"):
             await call(tools, "raw", "flood", bytes=4 << 20)
         assert await call(tools, "raw", "noisy", text="back") == ToolOutcome(value="back")
