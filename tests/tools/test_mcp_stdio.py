@@ -14,8 +14,7 @@ import anyio
 import pytest
 import pytest_asyncio
 
-from toolscript.tools.mcp import MCPTools
-from toolscript.tools.mcp import stdio
+from toolscript.tools.mcp import MCPTools, stdio
 from toolscript.tools.mcp.stdio import ServerOutput
 from toolscript.tools.spec import SourceGone, ToolOutcome
 
