@@ -103,6 +103,32 @@ async def test_a_call_out_of_its_turn_is_a_violation(
 
 
 @pytest.mark.timeout(30)
+async def test_a_call_frame_that_says_its_own_answer_was_seen_is_a_violation(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The host takes a frame's acknowledgements after it dispatched the frame's call, and
+    # `echo` answers at once: by then the claim would match what the host did. It still
+    # could not have been true when the kernel wrote it.
+    runtime = await make_runtime(tools=[echo])
+    code = forging(
+        "await echo(value=1)\n"
+        "due = int(repr(kernel.calls._numbers)[len('count('):-1])\n"
+        "forge({'t': 'call', 'n': due, 'tool': 'echo', 'args': {'value': 2},\n"
+        "       'script': kernel._script.id, 'seen': [due]})\n"
+        "await asyncio.sleep(5)\n"
+    )
+    result = await runtime.run(code, time_limit=10)
+    assert result.status == "crashed", result.text
+    assert "broke the protocol" in result.note
+    assert "can only acknowledge calls made before its own" in result.note
+    assert result.calls.made == 2
+    forged = result.calls.records[1]
+    assert forged.fate == "late"  # answered, and the claim that it was seen not taken
+    assert "on the frame of call 2" in (violation_of(runtime, result.script_id) or "")
+    assert (await runtime.run("1 + 1")).generation == result.generation + 1
+
+
+@pytest.mark.timeout(30)
 async def test_a_done_for_another_script_is_a_violation(runtime_with_echo: Runtime) -> None:
     runtime = runtime_with_echo
     code = forging(

@@ -340,18 +340,25 @@ class CallLedger:
             call.answer_brief = answer_brief
             call.from_journal = True
 
-    def acknowledged(self, acks: Iterable[Any] = (), seen: Iterable[Any] = ()) -> None:
+    def acknowledged(
+        self, acks: Iterable[Any] = (), seen: Iterable[Any] = (), on_call: object = None
+    ) -> None:
         """The kernel's word on calls: `seen` holds the numbers of calls whose answer code
         took; each of `acks` is `[n, "unwaited", cause, arrived]` (or `[n, "seen"]`).
+        `on_call`: the number of the call whose frame carried them, when one did; only
+        earlier calls can be acknowledged there, whatever the host did since.
 
         Raises `ProtocolViolation` for a claim the host knows to be false (see the class),
         `ValueError` for one that is not a claim at all; the claims before it stand.
         """
         fates: list[FateRow] = []  # journaled together: one buffer lock for a gather's acks
+        carrier = on_call if type(on_call) is int else None
         try:
             for n in seen:
                 if type(n) is not int:
                     raise ValueError("a 'seen' acknowledgement that is not a call number")
+                if carrier is not None and n >= carrier:
+                    raise _not_yet(n, carrier)
                 self._seen(n, fates)
             for ack in acks:
                 if type(ack) is not list or len(ack) < 2:
@@ -359,6 +366,8 @@ class CallLedger:
                 n = ack[0]
                 if type(n) is not int:
                     raise ValueError("an acknowledgement that is not of a call number")
+                if carrier is not None and n >= carrier:
+                    raise _not_yet(n, carrier)
                 if ack[1] == "seen":
                     self._seen(n, fates)
                 elif ack[1] == "unwaited" and len(ack) >= 4:
@@ -460,6 +469,13 @@ class CallLedger:
 
 _UNWAITED_CAUSES = frozenset(("timeout", "cancelled", "stopped"))
 """Why the kernel says code stopped waiting for a call."""
+
+
+def _not_yet(n: int, carrier: int) -> ProtocolViolation:
+    return ProtocolViolation(
+        f"the kernel acknowledged call {_number(n)} on the frame of call {carrier}: a frame "
+        "can only acknowledge calls made before its own"
+    )
 
 
 def _number(n: object) -> str:

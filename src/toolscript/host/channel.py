@@ -274,23 +274,28 @@ class Channel:
             # asyncio and be misreported as a channel the kernel closed.
             self._broke(f"a frame the host could not handle ({type(error).__name__}: {error})")
 
+    # Goal: a call's answer, or its request to an MCP server, goes out as soon as it can.
+    # What fails: taking the kernel's word on earlier calls (acknowledgements carried along
+    # on a call's frame, nearly every call's) first: the previous call's fate is settled and
+    # journaled while this call waits, on the caches the wake-up left cold. What we do: the
+    # calls of a read are dispatched first, and what their frames carried is taken right
+    # after, before any other frame of the read (a `done` must find its calls settled). The
+    # acknowledgements are of earlier calls, which are registered by then; a claim about a
+    # call of the same frame or a later one was never true and stays a violation (a call the
+    # host dispatched or answered in between changes nothing the kernel could have seen).
     def _handle(self, messages: list[wire.Message]) -> None:
         calls: list[wire.Message] = []
+        carried: list[wire.Message] = []  # call frames with acknowledgements, in order
         for message in messages:
             kind = message.get("t")
             if kind == "call":
                 if "acks" in message or "seen" in message:
-                    # The kernel's word on earlier calls, carried along: those calls may be
-                    # in this very batch, so they are registered first.
-                    if calls:
-                        self.calls.dispatch(calls)
-                        calls = []
-                    self.calls.ledger.acknowledged(message.get("acks", ()), message.get("seen", ()))
+                    carried.append(message)
                 calls.append(message)
                 continue
             if calls:
-                self.calls.dispatch(calls)
-                calls = []
+                self._dispatch(calls, carried)
+                calls, carried = [], []
             if kind == "ack":
                 self.calls.ledger.acknowledged(message.get("acks", ()), message.get("seen", ()))
             elif kind == "done" and message.get("again") is True:
@@ -320,7 +325,22 @@ class Channel:
             else:
                 raise ValueError(f"an unexpected frame of kind {str(kind)[:40]!r}")
         if calls:
+            self._dispatch(calls, carried)
+
+    def _dispatch(self, calls: list[wire.Message], carried: list[wire.Message]) -> None:
+        """Dispatch a read's run of call frames, then take what they carried."""
+        acknowledged = self.calls.ledger.acknowledged
+        try:
             self.calls.dispatch(calls)
+        except Exception:
+            # A frame broke the protocol and the channel goes: what the frames carried still
+            # counts, as it did when it was taken first, but it cannot hide the fault.
+            for message in carried:
+                with contextlib.suppress(Exception):
+                    acknowledged(message.get("acks", ()), message.get("seen", ()), message.get("n"))
+            raise
+        for message in carried:
+            acknowledged(message.get("acks", ()), message.get("seen", ()), message.get("n"))
 
     def _image(self, message: wire.Message) -> None:
         if self.script is None or message.get("script") != self.script:
