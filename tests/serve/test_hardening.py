@@ -363,6 +363,8 @@ async def test_a_signal_ends_serve_over_stdio_with_its_scripts_stopped_folder_re
         if process.returncode is None:
             process.kill()
             await process.wait()
+        with anyio.move_on_after(5):
+            await process.aclose()  # its pipes too: an open transport warns when collected
     assert returncode == 0
     assert _working_folders(temp) == []
     assert ran["status"] == "cancelled"  # the run in progress was answered, not dropped

@@ -173,8 +173,9 @@ class Dispatcher:
                 self._waiting_tools.add(key)
                 if i + 1 < len(todo):
                     self._answer_rest(todo, i + 1)
-                done, answered = answered, []
-                self._answered_all(done)
+                if answered:  # the calls before this one that answered at once
+                    done, answered = answered, []
+                    self._answered_all(done)
                 started = self._loop.time()
                 try:
                     answer = await self.catalogue.finish(begun, context)
