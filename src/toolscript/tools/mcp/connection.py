@@ -35,6 +35,7 @@ from mcp.shared.message import SessionMessage
 
 from .config import HTTPServerConfig, ServerConfig
 from .stdio import stdio_streams
+from .streams import MessageReader
 
 __all__ = ["CLOSE_TIMEOUT", "Connection", "Transport", "transport"]
 
@@ -165,7 +166,7 @@ class Connection:
             gone.cancel()
 
 
-class _Watched:
+class _Watched(MessageReader):
     """The transport's read stream as the session reads it: `gone` is set when it ends.
 
     In the session's own reads, not in a task that forwards them: a task between the two
@@ -184,24 +185,6 @@ class _Watched:
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._gone.set()
             raise anyio.EndOfStream from None
-
-    def __aiter__(self) -> _Watched:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        pass
-
-    async def __aenter__(self) -> _Watched:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        pass
 
 
 class _Cancelled(Exception):

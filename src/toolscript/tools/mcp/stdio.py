@@ -36,6 +36,7 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
 from .config import StdioServerConfig
+from .streams import MessageReader
 
 __all__ = ["MAX_LINE", "ServerInput", "ServerOutput", "stdio_streams"]
 
@@ -77,9 +78,10 @@ async def stdio_streams(
             await _stop(process)
 
 
-class ServerOutput:
+class ServerOutput(MessageReader):
     """The server's stdout as the session reads it: one parsed message (or the exception its
-    parse raised) per line; `anyio.EndOfStream` once the server closed it or it was ended."""
+    parse raised) per line; `anyio.EndOfStream` once the server closed it or it was ended.
+    Its pipe is closed when the process is stopped, not when the session closes this."""
 
     def __init__(self, stdout: ByteReceiveStream) -> None:
         self._stdout = stdout
@@ -127,24 +129,6 @@ class ServerOutput:
         self._ended = True
         with suppress(OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
             await self._stdout.aclose()
-
-    def __aiter__(self) -> ServerOutput:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        pass  # the process's pipes are closed when it is stopped
-
-    async def __aenter__(self) -> ServerOutput:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        pass
 
 
 class ServerInput:
