@@ -11,7 +11,9 @@ goes first (rounds interleave everything so machine noise hits all alike):
   `asyncio.gather` over `--burst` calls, `--bursts` times (calls per second of each burst);
 - **toolscript**: a runtime configured with the same server; a script awaits
   `await demo.echo(text=...)` in a loop, each call timed inside the script (so the time
-  includes the kernel's side of the call), then `asyncio.gather` over the same bursts.
+  includes the kernel's side of the call), then `asyncio.gather` over the same bursts. The
+  host talks to the server through the SDK's `ClientSession` too, over toolscript's own
+  stdio plumbing (`toolscript.tools.mcp.stdio`, without `stdio_client`'s two pipe tasks).
 
 Each side starts its own server process for the round, and warms up before it is timed.
 Reported: medians (of each round's median) and p99s of the sequential call, the ratio
