@@ -15,10 +15,10 @@ then the process group terminated and killed (the SDK's `terminate_posix_process
 while its stdout is drained so that a server blocked writing can see its stdin close.
 
 The failures look as they did through `stdio_client`: a line that is not a JSON-RPC message
-reaches the session as an exception (an empty line is skipped), a server that exits ends the
-read stream, so does a line longer than `MAX_LINE`
-(`anyio.EndOfStream`), and a write to a server that is gone ends the read stream too, so
-that the calls in flight fail as the session fails them when the connection ends.
+reaches the session as an exception (an empty line is skipped), and a server that exits ends
+the read stream (`anyio.EndOfStream`). So does a write to a server that is gone, so that the
+calls in flight fail as the session fails them when the connection ends, and so does a line
+longer than `MAX_LINE`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ _CHUNK = 1 << 16
 MAX_LINE = 256 * 1024 * 1024
 """The longest line a server may write, in bytes: four times the largest frame the kernel
 takes (an answer that long could not reach the script anyway). A longer one ends the session,
-as if the server had gone, instead of the host's memory."""
+as if the server had gone, instead of filling the host's memory."""
 
 
 @asynccontextmanager
