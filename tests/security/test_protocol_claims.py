@@ -129,6 +129,29 @@ async def test_a_call_frame_that_says_its_own_answer_was_seen_is_a_violation(
 
 
 @pytest.mark.timeout(30)
+async def test_a_forged_claim_on_a_call_out_of_its_turn_cannot_hide_the_fault(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The claims a read's call frames carry are taken after its calls are dispatched, and
+    # still when a frame breaks the protocol; a false claim among them must not become the
+    # reason the run is said to have ended for.
+    runtime = await make_runtime(tools=[echo])
+    code = forging(
+        "await echo(value=1)\n"
+        "due = int(repr(kernel.calls._numbers)[len('count('):-1])\n"
+        "forge({'t': 'call', 'n': due + 1, 'tool': 'echo', 'args': {'value': 2},\n"
+        "       'script': kernel._script.id, 'seen': [due + 5]})\n"
+        "await asyncio.sleep(5)\n"
+    )
+    result = await runtime.run(code, time_limit=10)
+    assert result.status == "crashed", result.text
+    assert "where call 2 was due" in result.note
+    assert "can only acknowledge" not in result.note
+    assert result.calls.made == 1
+    assert "where call 2 was due" in (violation_of(runtime, result.script_id) or "")
+
+
+@pytest.mark.timeout(30)
 async def test_a_done_for_another_script_is_a_violation(runtime_with_echo: Runtime) -> None:
     runtime = runtime_with_echo
     code = forging(
