@@ -37,8 +37,9 @@ WAIT = 20.0
 STEPS = ("board_written", "journal_begun", "journal_ended", "board_cleared")
 """The steps of a run a host can be made to die right after (`die_at`): the keeper's board
 names the script, the journal records its start, the journal records its end, the board is
-cleared. A host can also die at `answer_journaled`, a step of a tool call: right after the
-journal records an answer, written to SQLite, before the answer is sent."""
+cleared. A host can also die at `answer_journaled`, a step of a tool call: its answer held
+back in the host, as a write the socket had no room for would be, then journaled and written
+to SQLite, and the host dies before it could send it."""
 
 HOST = textwrap.dedent(
     """
@@ -70,11 +71,23 @@ HOST = textwrap.dedent(
                 taken.append(step)
                 if len(taken) == nth:
                     if step == "answer_journaled":
-                        args[0].flush()  # as the flush thread would, before the answer is sent
+                        args[0].flush()  # as the flush thread would
                     os.kill(os.getpid(), signal.SIGKILL)
             return step_then_die
 
         setattr(owner, name, die_after(getattr(owner, name)))
+        if step == "answer_journaled":
+            # The host writes an answer before it journals it: the nth answer stays in the
+            # host instead, as one the socket had no room for would, until the host dies.
+            from toolscript.host.channel import Channel
+
+            send_frames = Channel.send_frames
+
+            def send_unless_held(self, frames, *args, **kwargs):
+                if len(taken) != nth - 1:
+                    send_frames(self, frames, *args, **kwargs)
+
+            Channel.send_frames = send_unless_held
 
     async def main():
         async with Runtime(

@@ -215,8 +215,11 @@ class Dispatcher:
             self._answer_soon(todo[first:], 0, eager=False)
 
     def _answered_all(self, answers: list[tuple[int, Answer]], reply_due: bool = True) -> None:
-        """Journal handlers' answers, then send them; `reply_due` as `Channel.send_frames`.
+        """Send handlers' answers, then journal them; `reply_due` as `Channel.send_frames`.
 
+        The kernel reads an answer while the host journals it: both happen before the host
+        reads another frame, so the kernel's word on an answer always finds it journaled,
+        and a crash between the two loses no more than the journal's unflushed buffer would.
         An answer the channel cannot carry (over `wire.MAX_FRAME`, or not JSON) becomes an
         error answer saying so: the script gets a `ToolError`, the interpreter stays.
         """
@@ -242,6 +245,7 @@ class Dispatcher:
             answer = Answer("error", message, message)
             answers[i] = (n, answer)
             frames.append(encode(answer.to_frame(n)))
+        self.channel.send_frames(frames, reply_due)
         self.ledger.answered_all(
             (n, answer.kind != "value", answer.value, frame)
             for (n, answer), frame in zip(answers, frames, strict=True)
@@ -250,7 +254,6 @@ class Dispatcher:
         for n, answer in answers:
             if answer.kind in _HOST_CAUSES:
                 self.ledger.answered(n, True, None, host_cause=answer.kind)
-        self.channel.send_frames(frames, reply_due)
 
 
 # Goal: on Python 3.11 too, a handler that answers without waiting costs no pass of the event
