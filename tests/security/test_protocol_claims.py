@@ -34,6 +34,19 @@ def violation_of(runtime: Runtime, script_id: str) -> str | None:
     return next(script.violation for script in scripts if script.script_id == script_id)
 
 
+def forging_a_call(number: str, carried: str = "") -> str:
+    """A script that calls `echo` once, then writes a call frame of its own: numbered `number`
+    (Python source, in terms of `due`, the number the kernel would give next), with the frame
+    fields `carried` (Python source, after a comma) besides its own."""
+    return forging(
+        "await echo(value=1)\n"
+        "due = int(repr(kernel.calls._numbers)[len('count('):-1])\n"
+        f"forge({{'t': 'call', 'n': {number}, 'tool': 'echo', 'args': {{'value': 2}},\n"
+        f"       'script': kernel._script.id{carried}}})\n"
+        "await asyncio.sleep(5)\n"
+    )
+
+
 async def kernel_of(runtime: Runtime) -> int:
     """The host's pid of the default shell's kernel (in a sandbox, not the one it sees)."""
     assert (await runtime.run("0")).status == "ok"
@@ -87,13 +100,7 @@ async def test_a_call_out_of_its_turn_is_a_violation(
     make_runtime: MakeRuntime, offset: int
 ) -> None:
     runtime = await make_runtime(tools=[echo])
-    code = forging(
-        "await echo(value=1)\n"
-        "due = int(repr(kernel.calls._numbers)[len('count('):-1])\n"
-        f"forge({{'t': 'call', 'n': due + {offset}, 'tool': 'echo', 'args': {{'value': 2}},\n"
-        "       'script': kernel._script.id})\n"
-        "await asyncio.sleep(5)\n"
-    )
+    code = forging_a_call(f"due + {offset}")
     result = await runtime.run(code, time_limit=10)
     assert result.status == "crashed", result.text
     assert "broke the protocol" in result.note and "where call 2 was due" in result.note
@@ -110,13 +117,7 @@ async def test_a_call_frame_that_says_its_own_answer_was_seen_is_a_violation(
     # `echo` answers at once: by then the claim would match what the host did. It still
     # could not have been true when the kernel wrote it.
     runtime = await make_runtime(tools=[echo])
-    code = forging(
-        "await echo(value=1)\n"
-        "due = int(repr(kernel.calls._numbers)[len('count('):-1])\n"
-        "forge({'t': 'call', 'n': due, 'tool': 'echo', 'args': {'value': 2},\n"
-        "       'script': kernel._script.id, 'seen': [due]})\n"
-        "await asyncio.sleep(5)\n"
-    )
+    code = forging_a_call("due", ", 'seen': [due]")
     result = await runtime.run(code, time_limit=10)
     assert result.status == "crashed", result.text
     assert "broke the protocol" in result.note
@@ -136,13 +137,7 @@ async def test_a_forged_claim_on_a_call_out_of_its_turn_cannot_hide_the_fault(
     # still when a frame breaks the protocol; a false claim among them must not become the
     # reason the run is said to have ended for.
     runtime = await make_runtime(tools=[echo])
-    code = forging(
-        "await echo(value=1)\n"
-        "due = int(repr(kernel.calls._numbers)[len('count('):-1])\n"
-        "forge({'t': 'call', 'n': due + 1, 'tool': 'echo', 'args': {'value': 2},\n"
-        "       'script': kernel._script.id, 'seen': [due + 5]})\n"
-        "await asyncio.sleep(5)\n"
-    )
+    code = forging_a_call("due + 1", ", 'seen': [due + 5]")
     result = await runtime.run(code, time_limit=10)
     assert result.status == "crashed", result.text
     assert "where call 2 was due" in result.note
