@@ -6,11 +6,17 @@ about the size of a tool call. No asyncio, no JSON: nothing toolscript does can 
 
 `asyncio_round_trips` is the second floor, the same echo with asyncio's event loop on both
 sides: what a host and a kernel that each run one pay before any work of their own.
+
+`json_call_round_trips` is the third: the least any Python tool call between two processes
+costs, with no event loop on either side. The caller encodes a call frame as JSON and blocks
+on the answer; the other side decodes it, calls a Python function with its arguments and
+sends back the JSON answer. No journal, no checks, no records, no loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import statistics
@@ -135,6 +141,57 @@ def asyncio_round_trips(count: int = 2000, size: int = 200) -> tuple[list[float]
     finally:
         parent.close()
         process.wait(timeout=10)
+
+
+_JSON_CALLEE = r"""
+import json, socket, struct, sys
+
+def noop(x):
+    return x
+
+tools = {"noop": noop}
+s = socket.socket(fileno=int(sys.argv[1]))
+while True:
+    head = s.recv(4, socket.MSG_WAITALL)
+    if len(head) < 4:
+        break
+    (n,) = struct.unpack(">I", head)
+    call = json.loads(s.recv(n, socket.MSG_WAITALL))
+    value = tools[call["tool"]](**call["args"])
+    body = json.dumps({"kind": "answer", "n": call["n"], "value": value}).encode()
+    s.sendall(struct.pack(">I", len(body)) + body)
+"""
+
+
+def json_call_round_trips(count: int = 2000) -> tuple[list[float], float]:
+    """Seconds per call of a Python function in another process, both sides blocking, the
+    frames JSON (the standard library's on both sides, as the kernel's): the least a tool
+    call between two Python processes costs. Also the called side's CPU seconds per call."""
+    parent, child = socket.socketpair()
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-c", _JSON_CALLEE, str(child.fileno())],
+        pass_fds=(child.fileno(),),
+    )
+    child.close()
+    times: list[float] = []
+    cpu = 0.0
+    try:
+        for i in range(count + 200):
+            if i == 200:
+                cpu = cpu_seconds(process.pid)
+            start = time.perf_counter()
+            body = json.dumps({"kind": "call", "n": i, "tool": "noop", "args": {"x": i}}).encode()
+            parent.sendall(struct.pack(">I", len(body)) + body)
+            (n,) = struct.unpack(">I", parent.recv(4, socket.MSG_WAITALL))
+            answer = json.loads(parent.recv(n, socket.MSG_WAITALL))
+            assert answer["value"] == i
+            if i >= 200:
+                times.append(time.perf_counter() - start)
+        cpu = cpu_seconds(process.pid) - cpu
+    finally:
+        parent.close()
+        process.wait(timeout=10)
+    return times, cpu / count
 
 
 def cpu_seconds(pid: int) -> float:

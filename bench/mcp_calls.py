@@ -15,9 +15,17 @@ goes first (rounds interleave everything so machine noise hits all alike):
   host talks to the server through the SDK's `ClientSession` too, over toolscript's own
   stdio plumbing (`toolscript.tools.mcp.stdio`, without `stdio_client`'s two pipe tasks).
 
+- **relay** (the floor of a hop): the same official client in a second process that does
+  nothing but relay: it reads a JSON call frame from a socket, awaits
+  `session.call_tool` in a task of its own and writes the answer back. This process is the
+  caller, awaiting each answer on asyncio's loop as a script does (`relay`), and blocking in
+  `recv` (`relay_blocking`, less than any script can do). No journal, no checks, no records:
+  what any design that keeps the server's session out of the script's process pays.
+
 Each side starts its own server process for the round, and warms up before it is timed.
-Reported: medians (of each round's median) and p99s of the sequential call, the ratio
-toolscript / direct per round and its median, and the bursts' calls per second.
+Reported: medians (of each round's median) and p99s of the sequential call, the ratios
+toolscript / direct and relay / direct per round and their medians, and the bursts' calls
+per second.
 
 Target (issue 16): a sequential MCP call through toolscript at most 1.10 times the direct
 call, measured in the same run. Results go to bench/results/mcp_calls.json.
@@ -29,7 +37,10 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import statistics
+import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -102,6 +113,116 @@ async def direct(calls: int, burst: int, bursts: int) -> dict[str, Any]:
     }
 
 
+_RELAY = r"""
+import asyncio, json, os, socket, struct, sys
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+async def main():
+    parameters = StdioServerParameters(command=sys.executable, args=[sys.argv[2]])
+    loop = asyncio.get_running_loop()
+    closed = loop.create_future()
+
+    class Relay(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport, self.data, self.tasks = transport, b"", set()
+
+        def data_received(self, data):
+            self.data += data
+            while len(self.data) >= 4:
+                end = 4 + int.from_bytes(self.data[:4], "big")
+                if len(self.data) < end:
+                    break
+                call, self.data = json.loads(self.data[4:end]), self.data[end:]
+                task = loop.create_task(self.answer(call))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+
+        async def answer(self, call):
+            result = await session.call_tool(call["tool"], call["args"])
+            body = json.dumps({"n": call["n"], "value": result.content[0].text}).encode()
+            self.transport.write(struct.pack(">I", len(body)) + body)
+
+        def connection_lost(self, exc):
+            closed.set_result(None)
+
+    with open(os.devnull, "w") as errlog:
+        async with (
+            stdio_client(parameters, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            sock = socket.socket(fileno=int(sys.argv[1]))
+            await loop.connect_accepted_socket(Relay, sock=sock)
+            await closed
+
+asyncio.run(main())
+"""
+
+
+class _Answers(asyncio.Protocol):
+    """The caller's end of the relay: each whole frame resolves `waiter`."""
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.waiter: asyncio.Future[Any] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
+        end = 4 + int.from_bytes(self.data[:4], "big") if len(self.data) >= 4 else 0
+        if end and len(self.data) >= end and self.waiter is not None:
+            frame, self.data = self.data[4:end], self.data[end:]
+            self.waiter.set_result(json.loads(frame))
+
+
+def relayed(calls: int, blocking: bool = False) -> dict[str, Any]:
+    """The official client in a relay process, called from this one over a socket pair:
+    awaiting each answer on asyncio's loop, or blocking in `recv` when `blocking`."""
+    mine, theirs = socket.socketpair()
+    relay = subprocess.Popen(
+        [sys.executable, "-c", _RELAY, str(theirs.fileno()), str(SERVER)],
+        pass_fds=(theirs.fileno(),),
+    )
+    theirs.close()
+
+    def frame(i: int) -> bytes:
+        body = json.dumps({"n": i, "tool": "echo", "args": {"text": "hello"}}).encode()
+        return struct.pack(">I", len(body)) + body
+
+    def blocking_calls() -> list[float]:
+        times = []
+        for i in range(WARM_UP + calls):
+            start = time.perf_counter()
+            mine.sendall(frame(i))
+            (n,) = struct.unpack(">I", mine.recv(4, socket.MSG_WAITALL))
+            answer = json.loads(mine.recv(n, socket.MSG_WAITALL))
+            if i >= WARM_UP:
+                times.append(time.perf_counter() - start)
+        assert answer["value"] == "hello", answer
+        return times
+
+    async def awaited_calls() -> list[float]:
+        loop = asyncio.get_running_loop()
+        transport, answers = await loop.connect_accepted_socket(_Answers, sock=mine)
+        times = []
+        for i in range(WARM_UP + calls):
+            start = time.perf_counter()
+            answers.waiter = loop.create_future()
+            transport.write(frame(i))
+            answer = await answers.waiter
+            if i >= WARM_UP:
+                times.append(time.perf_counter() - start)
+        assert answer["value"] == "hello", answer
+        transport.close()
+        return times
+
+    try:
+        times = blocking_calls() if blocking else asyncio.run(awaited_calls())
+    finally:
+        mine.close()
+        relay.wait(timeout=30)
+    return {"sequential": summary(times)}
+
+
 async def through_toolscript(calls: int, burst: int, bursts: int, **knobs: Any) -> dict[str, Any]:
     """A script in a toolscript shell calling the same server's tool."""
     config = {"mcpServers": {"demo": {"command": sys.executable, "args": [str(SERVER)]}}}
@@ -147,17 +268,30 @@ def main() -> None:
     rounds = []
     for index in range(options.rounds):
         load = os.getloadavg()[0]
-        if index % 2:
-            ours = asyncio.run(through_toolscript(*arguments))
-            theirs = asyncio.run(direct(*arguments))
-        else:
-            theirs = asyncio.run(direct(*arguments))
-            ours = asyncio.run(through_toolscript(*arguments))
-        ratio = ours["sequential"]["median_ms"] / theirs["sequential"]["median_ms"]
-        rounds.append({"direct": theirs, "toolscript": ours, "ratio": ratio, "load": load})
+        sides: list[tuple[str, Any]] = [
+            ("direct", lambda: asyncio.run(direct(*arguments))),
+            ("toolscript", lambda: asyncio.run(through_toolscript(*arguments))),
+            ("relay", lambda: relayed(options.calls)),
+            ("relay_blocking", lambda: relayed(options.calls, blocking=True)),
+        ]
+        got = {name: run() for name, run in (sides if index % 2 == 0 else sides[::-1])}
+        theirs, ours = got["direct"], got["toolscript"]
+        base = theirs["sequential"]["median_ms"]
+        ratio = ours["sequential"]["median_ms"] / base
+        rounds.append(
+            {
+                **got,
+                "ratio": ratio,
+                "relay_ratio": got["relay"]["sequential"]["median_ms"] / base,
+                "relay_blocking_ratio": got["relay_blocking"]["sequential"]["median_ms"] / base,
+                "load": load,
+            }
+        )
         print(
-            f"round {index + 1}: direct {theirs['sequential']['median_ms']:.3f} ms, "
+            f"round {index + 1}: direct {base:.3f} ms, "
             f"toolscript {ours['sequential']['median_ms']:.3f} ms, ratio {ratio:.3f}; "
+            f"relay {rounds[-1]['relay_ratio']:.3f}, "
+            f"relay to a blocking caller {rounds[-1]['relay_blocking_ratio']:.3f}; "
             f"bursts {theirs['burst_calls_per_s']:,.0f} / {ours['burst_calls_per_s']:,.0f} "
             f"calls/s (load {load:.2f})",
             flush=True,
@@ -183,6 +317,14 @@ def main() -> None:
     }
     report["toolscript"]["kernel_cpu_us_per_call"] = med("toolscript", "kernel_cpu_us_per_call")
     report["ratio"] = statistics.median(entry["ratio"] for entry in rounds)
+    report["relay"] = {
+        "sequential_median_ms": med("relay", "sequential", "median_ms"),
+        "ratio": statistics.median(entry["relay_ratio"] for entry in rounds),
+        "blocking_caller_sequential_median_ms": med("relay_blocking", "sequential", "median_ms"),
+        "blocking_caller_ratio": statistics.median(
+            entry["relay_blocking_ratio"] for entry in rounds
+        ),
+    }
     report["burst_ratio"] = statistics.median(
         entry["toolscript"]["burst_calls_per_s"] / entry["direct"]["burst_calls_per_s"]
         for entry in rounds
@@ -196,6 +338,11 @@ def main() -> None:
             f"p99 {figures['sequential_p99_ms']:.3f} ms; burst {figures['burst_calls_per_s']:,.0f}"
             f" calls/s; host CPU {figures['host_cpu_us_per_call']:.0f} µs per call"
         )
+    relay = report["relay"]
+    print(
+        f"relay (the floor of a hop) / direct: {relay['ratio']:.3f} awaited as a script "
+        f"awaits, {relay['blocking_caller_ratio']:.3f} to a caller blocking in recv"
+    )
     print(
         f"toolscript / direct: sequential {report['ratio']:.3f} (target at most 1.10), "
         f"burst throughput {report['burst_ratio']:.2f}"

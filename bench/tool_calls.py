@@ -8,6 +8,9 @@ Measures, in each round (rounds interleave everything so machine noise hits all 
   length-prefixed echo over a socket pair between two Python processes (`floor.py`);
 - the same echo with asyncio's event loop on both sides, and the CPU its echoing side spends
   per round trip: the floor of any host and kernel that each run one (`floor.py`);
+- the least any Python tool call between two processes costs: a JSON call frame, a Python
+  function called with its arguments, a JSON answer, both sides blocking, no event loop,
+  no checks and no journal (`floor.py`);
 - a trivial Python tool's round trip from the script: `await noop(x=i)` in a loop, each call
   timed inside the script (median, p99);
 - calls per second from one script through `asyncio.gather` over `--gather` calls: the
@@ -40,7 +43,13 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from floor import asyncio_round_trips, cpu_seconds, raw_round_trips, summary
+from floor import (
+    asyncio_round_trips,
+    cpu_seconds,
+    json_call_round_trips,
+    raw_round_trips,
+    summary,
+)
 
 from toolscript import Runtime, tool
 from toolscript.host.journal import Journal
@@ -128,6 +137,8 @@ def main() -> None:
             raw = summary(raw_round_trips(options.calls))
             asyncio_times, asyncio_cpu = asyncio_round_trips(options.calls)
             raw["asyncio"] = {**summary(asyncio_times), "echo_cpu_us": asyncio_cpu * 1e6}
+            json_times, json_cpu = json_call_round_trips(options.calls)
+            raw["json_call"] = {**summary(json_times), "callee_cpu_us": json_cpu * 1e6}
             file_journal = str(Path(folder) / f"journal-{index}.sqlite3")
             on = asyncio.run(measure(file_journal, options.calls, options.gather))
             memory = asyncio.run(measure(":memory:", options.calls, options.gather))
@@ -166,6 +177,13 @@ def main() -> None:
         "echo_cpu_us": med(["raw", "asyncio", "echo_cpu_us"]),
         "tool_call_over_asyncio_echo": call_ms / asyncio_ms,
     }
+    json_call_ms = med(["raw", "json_call", "median_ms"])
+    report["json_call"] = {
+        "round_trip_median_ms": json_call_ms,
+        "over_echo": json_call_ms / raw_ms,
+        "callee_cpu_us": med(["raw", "json_call", "callee_cpu_us"]),
+        "tool_call_over_json_call": call_ms / json_call_ms,
+    }
     report["tool_round_trip_p99_over_median"] = med(["file", "round_trip", "p99_ms"]) / call_ms
     report["busy_poll_off"] = {
         "tool_round_trip_median_ms": med(["still", "round_trip", "median_ms"]),
@@ -192,6 +210,11 @@ def main() -> None:
     print(
         f"asyncio echo (an event loop on each side): median {asyncio_ms:.3f} ms, "
         f"the echoing side's CPU {report['asyncio_echo']['echo_cpu_us']:.0f} µs per round trip"
+    )
+    print(
+        f"least Python tool call (JSON, blocking, no loop): median {json_call_ms:.3f} ms, "
+        f"{report['json_call']['over_echo']:.1f} x the echo, the called side's CPU "
+        f"{report['json_call']['callee_cpu_us']:.0f} µs per call"
     )
     print(
         f"tool call round trip (file journal): median {call_ms:.3f} ms, "
