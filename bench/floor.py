@@ -88,8 +88,9 @@ loop.run_forever()
 """
 
 
-class _Answers(asyncio.Protocol):
-    """The parent's end of the asyncio echo: each whole frame resolves `waiter`."""
+class Answers(asyncio.Protocol):
+    """The caller's end of a length-prefixed channel on asyncio's loop: each whole frame
+    (its length prefix included) resolves `waiter`."""
 
     def __init__(self) -> None:
         self.data = b""
@@ -120,7 +121,7 @@ def asyncio_round_trips(count: int = 2000, size: int = 200) -> tuple[list[float]
 
     async def run() -> tuple[list[float], float]:
         loop = asyncio.get_running_loop()
-        transport, answers = await loop.connect_accepted_socket(_Answers, sock=parent)
+        transport, answers = await loop.connect_accepted_socket(Answers, sock=parent)
         times: list[float] = []
         cpu = 0.0
         for i in range(count + 200):

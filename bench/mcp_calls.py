@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from floor import cpu_seconds, summary
+from floor import Answers, cpu_seconds, summary
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from toolscript import Runtime
@@ -159,21 +159,6 @@ asyncio.run(main())
 """
 
 
-class _Answers(asyncio.Protocol):
-    """The caller's end of the relay: each whole frame resolves `waiter`."""
-
-    def __init__(self) -> None:
-        self.data = b""
-        self.waiter: asyncio.Future[Any] | None = None
-
-    def data_received(self, data: bytes) -> None:
-        self.data += data
-        end = 4 + int.from_bytes(self.data[:4], "big") if len(self.data) >= 4 else 0
-        if end and len(self.data) >= end and self.waiter is not None:
-            frame, self.data = self.data[4:end], self.data[end:]
-            self.waiter.set_result(json.loads(frame))
-
-
 def relayed(calls: int, blocking: bool = False) -> dict[str, Any]:
     """The official client in a relay process, called from this one over a socket pair:
     awaiting each answer on asyncio's loop, or blocking in `recv` when `blocking`."""
@@ -202,13 +187,13 @@ def relayed(calls: int, blocking: bool = False) -> dict[str, Any]:
 
     async def awaited_calls() -> list[float]:
         loop = asyncio.get_running_loop()
-        transport, answers = await loop.connect_accepted_socket(_Answers, sock=mine)
+        transport, answers = await loop.connect_accepted_socket(Answers, sock=mine)
         times = []
         for i in range(WARM_UP + calls):
             start = time.perf_counter()
             answers.waiter = loop.create_future()
             transport.write(frame(i))
-            answer = await answers.waiter
+            answer = json.loads((await answers.waiter)[4:])
             if i >= WARM_UP:
                 times.append(time.perf_counter() - start)
         assert answer["value"] == "hello", answer
