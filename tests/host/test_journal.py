@@ -27,6 +27,7 @@ from toolscript.host.journal import (
     JournalVersionError,
     state_dir,
 )
+from toolscript.host.journal import buffer as journal_buffer
 
 NOW = 1_700_000_000.0
 
@@ -100,6 +101,32 @@ elif mode == "mid-commit":
     flusher.join()
     assert blocker.execute("SELECT count(*) FROM calls").fetchone()[0] == 3
 blocker.close()
+os.write(int(sys.argv[2]), b"ready")
+sys.stdin.read()
+"""
+
+
+# A host that records four calls, and answers and fates for three of them, then waits until
+# it is killed, its flush thread held for an hour: with mode "unflushed" nothing reaches
+# SQLite; with "calls-flushed" the calls do, and their answers and fates do not.
+ANSWERED_UNFLUSHED_HOST_PROCESS = """
+import os, sys
+from toolscript.host.journal import buffer as journal_buffer
+from toolscript.host.journal import CallAnswer, CallFate, CallStart, Journal
+
+journal_buffer.FLUSH_INTERVAL = 3600
+journal = Journal.open(sys.argv[1])
+journal.begin_script("s-1", "main", 1, "await send(text='a')", 1.0)
+journal.record_calls([
+    CallStart(f"c-{i}", "s-1", "main", "send", f"text='{i}'", 2.0) for i in range(1, 5)
+])
+if sys.argv[3] == "calls-flushed":
+    journal.flush()
+journal.record_answers([
+    CallAnswer("c-1", 3.0, False, "'one'", b'{"n":1}'),
+    CallAnswer("c-2", 3.5, True, "'two'", b'{"n":2}'),
+])
+journal.settle_calls([CallFate("c-1", "seen", None), CallFate("c-3", "pending", "tool_timeout")])
 os.write(int(sys.argv[2]), b"ready")
 sys.stdin.read()
 """
@@ -344,6 +371,104 @@ def test_a_host_killed_right_after_recording_leaves_its_script_and_calls_findabl
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("mode", ["unflushed", "calls-flushed"])
+def test_answers_and_fates_a_killed_host_never_flushed_are_replayed_from_its_intent_file(
+    tmp_path: Path, mode: str
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with host_process(path, ANSWERED_UNFLUSHED_HOST_PROCESS, mode) as process:
+        kill(process)
+
+    with Journal.open(path) as journal:
+        by_id = {c.call_id: c for c in journal.calls()}
+        one, two, three, four = (by_id[f"c-{i}"] for i in range(1, 5))
+        # Answered and seen: settled for good, not uncertain.
+        assert (one.fate, one.answer_brief, one.is_error, one.uncertain) == (
+            "seen",
+            "'one'",
+            False,
+            False,
+        )
+        # Answered, its fate never came: the answer is known, so not in flight.
+        assert (two.fate, two.answer_brief, two.is_error, two.uncertain) == (
+            None,
+            "'two'",
+            True,
+            False,
+        )
+        # Settled pending without an answer, and never answered: uncertain.
+        assert (three.fate, three.cause, three.uncertain_reason) == (
+            "pending",
+            "tool_timeout",
+            "host_gone",
+        )
+        assert (four.fate, four.answer_brief, four.uncertain_reason) == (None, None, "host_gone")
+        assert [c.call_id for c in journal.uncertain()] == ["c-3", "c-4"]
+    with sqlite3.connect(path) as db:
+        frames = dict(db.execute("SELECT call_id, answer_frame FROM calls").fetchall())
+    # The frame of the answer not yet seen is kept, for a host that takes the script back.
+    assert frames == {"c-1": None, "c-2": b'{"n":2}', "c-3": None, "c-4": None}
+
+
+class _Watched:
+    """A journal's flush thread, watched: `waited` counts its waits on the journal's closing
+    event (each a round of its wait before a flush), `committed` is set by a flush."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.waited = threading.Semaphore(0)
+        self.committed = threading.Event()
+        wait, commit = journal._closing.wait, journal._commit
+
+        def counted_wait(timeout: float | None = None) -> bool:
+            self.waited.release()
+            return wait(timeout)
+
+        def watched_commit(sweep: bool = False, end_host: bool = False) -> None:
+            commit(sweep, end_host)
+            if threading.current_thread() is journal._flusher:
+                self.committed.set()
+
+        journal._closing.wait = counted_wait  # type: ignore[method-assign]
+        journal._commit = watched_commit  # type: ignore[method-assign]
+
+
+@pytest.mark.timeout(30)
+def test_the_flush_waits_while_a_script_runs_and_writes_once_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_buffer, "FLUSH_INTERVAL", 0.002)
+    monkeypatch.setattr(journal_buffer, "MAX_DEFER", 3600.0)
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        flusher = _Watched(journal)
+        journal.begin_script("s-1", "main", 1, "await send(text='hi')", NOW)
+        journal.record_calls([start("c-1")])
+        journal.record_answers([CallAnswer("c-1", NOW + 1, False, "'ok'")])
+        for _ in range(10):  # ten rounds of the flush thread's wait, each past FLUSH_INTERVAL
+            assert flusher.waited.acquire(timeout=10)
+        assert not flusher.committed.is_set()
+        assert read_calls(path) == []
+        journal.end_script("s-1", "ok", NOW + 2)
+        assert flusher.committed.wait(timeout=10)
+        assert read_calls(path) == [("c-1", "send", "text='hi'")]
+
+
+@pytest.mark.timeout(30)
+def test_a_script_that_runs_on_holds_the_flush_back_no_longer_than_max_defer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_buffer, "FLUSH_INTERVAL", 0.002)
+    monkeypatch.setattr(journal_buffer, "MAX_DEFER", 0.05)
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        flusher = _Watched(journal)
+        journal.begin_script("s-1", "main", 1, "await send(text='hi')", NOW)
+        journal.record_calls([start("c-1")])
+        assert flusher.committed.wait(timeout=10)  # the script has not ended
+        assert read_calls(path) == [("c-1", "send", "text='hi'")]
+
+
+@pytest.mark.timeout(30)
 def test_a_torn_last_intent_line_is_ignored_and_the_lines_before_it_recovered(
     tmp_path: Path,
 ) -> None:
@@ -373,11 +498,15 @@ def test_intent_files_stay_small_and_are_removed_on_close(tmp_path: Path) -> Non
         if i % 500 == 499:
             largest = max(largest, sum(f.stat().st_size for f in intent_files(path)))
             journal.flush()
-    line = len(b'[[1,"c","c-9999","s-1","main","send","text=\'hi\'",1700000000.0]]\n')
+    line = len(  # a call's three lines: made, answered, settled
+        b'[[1,"c","c-9999","s-1","main","send","text=\'hi\'",1700000000.0]]\n'
+        b'[[2,"a","c-9999",1700000001.0,false,"\'ok\'",null]]\n'
+        b'[[3,"f","c-9999","seen",null]]\n'
+    )
     # At most the lines of the batch last written and of the one being recorded: the size of
-    # a thousand lines, not of ten thousand.
-    assert 0 < largest <= 1000 * (line + 4)
-    assert sum(f.stat().st_size for f in intent_files(path)) <= 1000 * (line + 4)
+    # a thousand calls' lines, not of ten thousand.
+    assert 0 < largest <= 1000 * (line + 12)
+    assert sum(f.stat().st_size for f in intent_files(path)) <= 1000 * (line + 12)
     journal.end_script("s-1", "ok", NOW + 2)
     assert len(journal.calls(script_id="s-1")) == 10_000
     journal.close()

@@ -6,21 +6,24 @@ file under the state directory by default, or in memory when the caller asks.
 
 What is durable, and when:
 
-- When `record_calls` or `begin_script` returns, the calls or the script are in this host's
-  intent file, an append-only file beside the database (`<journal>-host<N>-a.intents` and
-  `-b.intents`): written with one `write`, so in the operating system's hands, and a kill of
-  the host process (even by SIGKILL) cannot lose them. The next `Journal.open` of the same
-  file (or the next query for uncertain calls) by another host replays the intent files of a
-  host that is gone into the database, then marks its calls left in flight `host_gone`.
+- When `record_calls`, `record_answers`, `settle_calls` or `begin_script` returns, what it
+  recorded is in this host's intent file, an append-only file beside the database
+  (`<journal>-host<N>-a.intents` and `-b.intents`): written with one `write`, so in the
+  operating system's hands, and a kill of the host process (even by SIGKILL) cannot lose it.
+  The next `Journal.open` of the same file (or the next query for uncertain calls) by another
+  host replays the intent files of a host that is gone into the database, then marks its
+  calls left in flight `host_gone`.
 - Everything reaches SQLite through one buffer, in the order it was recorded: scripts begun,
   calls made, answers (`record_answers`), fates (`settle_calls`) and scripts ended
-  (`end_script`). A flush thread writes it in one transaction within `FLUSH_INTERVAL`
-  seconds; `flush()`, every query and `close()` write it at once, so this process always
-  reads its own writes. Other processes (the `toolscript calls` command) see a call within
-  `FLUSH_INTERVAL`. Once written, the intent file's lines are dropped, so it stays small.
-- An answer, a fate or a script's end lost to a kill (it was only in the buffer) leaves its
-  call uncertain or its script without a status, which is the truthful state: the host cannot
-  prove the effect happened.
+  (`end_script`). A flush thread writes it in one transaction: within `FLUSH_INTERVAL`
+  seconds while no script of this journal runs, and within `MAX_DEFER` while one does (so
+  that its inserts do not run beside the script's calls; docs/design.md, "Why the journal's
+  flush waits while a script runs"). `flush()`, every query and `close()` write it at once,
+  so this process always reads its own writes. Other processes (the `toolscript calls`
+  command) see a call within those bounds. Once written, the intent file's lines are
+  dropped, so it stays small.
+- A script's end lost to a kill (it was only in the buffer, without `durable_ends`) leaves
+  its script without a status, which is the truthful state.
 - An answer is journaled with its frame, as it is sent to the kernel, and the frame is kept
   until the script's code has seen the answer (up to `ANSWER_KEPT` bytes; of a longer answer
   only its start is kept): a host that takes the interpreter back delivers it from there if
@@ -41,7 +44,7 @@ fate, or settled `pending`) by a host that is gone (reason `host_gone`).
 from __future__ import annotations
 
 from ..state import state_dir
-from .buffer import FLUSH_INTERVAL
+from .buffer import FLUSH_INTERVAL, MAX_DEFER
 from .records import (
     ANSWER_KEPT,
     AnswerRow,
@@ -71,6 +74,7 @@ __all__ = [
     "EVENTS_KEPT_FOR",
     "FLUSH_INTERVAL",
     "JOURNAL_FILE_NAME",
+    "MAX_DEFER",
     "MEMORY",
     "SCHEMA_VERSION",
     "AnswerRow",

@@ -1,11 +1,14 @@
 """The intent files: what a host recorded and has not yet written to SQLite, safe from a kill.
 
 Each host has two, beside the journal's file (`<journal>-host<N>-a.intents` and
-`-b.intents`). A line is a JSON array of what one call of `record_calls` or `begin_script`
-recorded: `[n, "c", call_id, script_id, shell, tool, args_brief, made_at]` per call, or
-`[n, "s", script_id, shell, generation, code, started_at]`, `n` counting up per journal;
-with `durable_ends` (kept interpreters outlive their host, and so do their scripts' ends),
-`end_script` writes `[n, "e", script_id, status, ended_at]` too.
+`-b.intents`). A line is a JSON array of what one call of `record_calls`, `record_answers`,
+`settle_calls` or `begin_script` recorded, `n` counting up per journal:
+`[n, "c", call_id, script_id, shell, tool, args_brief, made_at]` per call made,
+`[n, "a", call_id, answered_at, is_error, answer_brief, frame]` per answer (`frame` the
+answer as sent to the kernel, as text, or null when it is not kept),
+`[n, "f", call_id, fate, cause]` per fate, or `[n, "s", script_id, shell, generation, code,
+started_at]`; with `durable_ends` (kept interpreters outlive their host, and so do their
+scripts' ends), `end_script` writes `[n, "e", script_id, status, ended_at]` too.
 Another host replays the files of a host that is gone into the database.
 """
 
@@ -25,15 +28,16 @@ from typing import Any
 
 import orjson
 
-from .records import StartRow
+from .batch import _ANSWER_CALL, _SETTLE_CALL
+from .records import ANSWER_KEPT, AnswerRow, FateRow, StartRow
 from .schema import _INSERT_CALL, _INSERT_SCRIPT, _LAST_CALL
 
 _log = logging.getLogger(__name__)
 
 
 class _IntentLog:
-    """A host's two intent files: a line per `record_calls` or `begin_script`, before the
-    calls or the script are buffered.
+    """A host's two intent files: a line per `record_calls`, `record_answers`,
+    `settle_calls` or `begin_script`, before what it records is buffered.
 
     Invariant: lines are appended only to the current file, and every take of the buffer
     (the whole buffer, under `_buffer_lock`) switches appends to the other file. So once the
@@ -87,6 +91,8 @@ class _IntentLog:
 _LINE = orjson.OPT_APPEND_NEWLINE
 
 _CALL_INTENT = (str, (str, type(None)), str, str, str, (int, float))
+_ANSWER_INTENT = (str, (int, float), bool, str, (str, type(None)))
+_FATE_INTENT = (str, str, (str, type(None)))
 _SCRIPT_INTENT = (str, str, int, str, (int, float))
 _END_INTENT = (str, str, (int, float))
 
@@ -119,6 +125,34 @@ def _call_line(sequence: Iterator[int], rows: Sequence[StartRow]) -> bytes:
     return orjson.dumps([(next(sequence), "c", *row) for row in rows], option=_LINE)
 
 
+def _answer_line(sequence: Iterator[int], rows: Sequence[AnswerRow]) -> bytes:
+    return orjson.dumps(
+        [
+            (next(sequence), "a", call_id, answered_at, bool(is_error), brief, _frame_text(frame))
+            for call_id, answered_at, is_error, brief, frame in rows
+        ],
+        option=_LINE,
+    )
+
+
+def _frame_text(frame: bytes | None) -> str | None:
+    """An answer's frame as the intent line keeps it: its JSON text, or None when the
+    journal does not keep it (over `ANSWER_KEPT`)."""
+    if frame is None or len(frame) > ANSWER_KEPT:
+        return None
+    try:
+        return frame.decode()
+    except UnicodeDecodeError:  # the host's frames are JSON, so UTF-8; kept only if so
+        return None
+
+
+def _fate_line(sequence: Iterator[int], rows: Sequence[FateRow]) -> bytes:
+    return orjson.dumps(
+        [(next(sequence), "f", call_id, fate, cause) for call_id, fate, cause in rows],
+        option=_LINE,
+    )
+
+
 def _script_line(n: int, script: tuple[str, str, int, str, float]) -> bytes:
     return orjson.dumps([(n, "s", *script)], option=_LINE)
 
@@ -141,7 +175,13 @@ def _parse_intents(line: bytes) -> list[list[Any]]:
 def _is_intent(entry: Any) -> bool:
     if type(entry) is not list or len(entry) < 2 or type(entry[0]) is not int:
         return False
-    kinds = {"c": _CALL_INTENT, "s": _SCRIPT_INTENT, "e": _END_INTENT}.get(entry[1])
+    kinds = {
+        "c": _CALL_INTENT,
+        "a": _ANSWER_INTENT,
+        "f": _FATE_INTENT,
+        "s": _SCRIPT_INTENT,
+        "e": _END_INTENT,
+    }.get(entry[1])
     fields = entry[2:]
     return (
         kinds is not None
@@ -155,6 +195,7 @@ def _replay_intents(db: sqlite3.Connection, path: Path, host_id: int, calls_afte
     scripts: list[tuple[int, list[Any]]] = []
     calls: list[tuple[int, list[Any]]] = []
     ends: list[tuple[int, list[Any]]] = []
+    outcomes: list[tuple[int, str, list[Any]]] = []  # answers and fates, in order
     for intents in _intent_paths(path, host_id):
         try:
             data = intents.read_bytes()
@@ -166,6 +207,9 @@ def _replay_intents(db: sqlite3.Connection, path: Path, host_id: int, calls_afte
         for line in data.split(b"\n"):
             for intent in _parse_intents(line):
                 kind = intent[1]
+                if kind in ("a", "f"):
+                    outcomes.append((intent[0], kind, intent[2:]))
+                    continue
                 found = scripts if kind == "s" else ends if kind == "e" else calls
                 found.append((intent[0], intent[2:]))
     if scripts:
@@ -189,8 +233,47 @@ def _replay_intents(db: sqlite3.Connection, path: Path, host_id: int, calls_afte
                 known.add(fields[0])
                 rows.append((host_id, *fields))
         db.executemany(_INSERT_CALL, rows)
+    if outcomes:
+        outcomes.sort(key=lambda intent: intent[0])
+        _replay_outcomes(db, host_id, calls_after, outcomes)
     if ends:
         db.executemany(_REPLAY_END, [(status, at, script) for _, (script, status, at) in ends])
+
+
+def _replay_outcomes(
+    db: sqlite3.Connection,
+    host_id: int,
+    calls_after: int,
+    outcomes: list[tuple[int, str, list[Any]]],
+) -> None:
+    """Apply a gone host's answers and fates, in the order it recorded them, to its calls'
+    rows, by the rules its own flush follows for a call written earlier: nothing changes a
+    call once it is settled for good; an answer comes once."""
+    ids = sorted({fields[0] for _, _, fields in outcomes})
+    state: dict[str, list[Any]] = {
+        call_id: [row_id, answered, fate]
+        for row_id, call_id, answered, fate in db.execute(
+            "SELECT id, call_id, answered_at IS NOT NULL, fate FROM calls "
+            "WHERE id > ? AND host_id = ? AND call_id IN (SELECT value FROM json_each(?))",
+            (calls_after, host_id, json.dumps(ids)),
+        )
+    }
+    for _, kind, fields in outcomes:
+        found = state.get(fields[0])
+        if found is None:
+            continue  # a call this host never recorded, or one before `calls_after`
+        row_id, answered, fate = found
+        if fate is not None and (fate != "pending" or answered):
+            continue  # settled for good
+        if kind == "a":
+            if not answered:
+                _, answered_at, is_error, brief, frame = fields
+                kept = None if frame is None else frame.encode()
+                db.execute(_ANSWER_CALL, (answered_at, is_error, brief, kept, row_id))
+                found[1] = True
+        else:
+            db.execute(_SETTLE_CALL, {"fate": fields[1], "cause": fields[2], "rows": row_id})
+            found[2] = fields[1]
 
 
 def _remove_stale_intents(db: sqlite3.Connection, db_lock: threading.Lock, path: Path) -> None:

@@ -4,8 +4,9 @@ clients' sessions, the events of their streams, and the results of background sc
 Goal: a client that reconnects after the server process was killed and started again on the
 same state directory finds its session, the events it missed and its scripts' results.
 What fails: keeping them in the server's memory (gone with the process), or in the journal's
-write-behind buffer (a kill loses up to `FLUSH_INTERVAL` of it, and a stream event must be
-stored before it is sent, or a client could hold an id the next server never heard of).
+write-behind buffer (it reaches SQLite only within `FLUSH_INTERVAL` or `MAX_DEFER`, and a
+stream event must be stored before it is sent, or a client could hold an id the next server
+never heard of).
 What we do: each of these is committed at once, under the journal's database lock. They are
 few (a stream event per progress notification and answer, a row per session and background
 result), so this costs the tool-call path nothing. Stream events are bounded: each store past

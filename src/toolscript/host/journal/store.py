@@ -14,8 +14,10 @@ from typing import Any
 from ..state import state_dir
 from .buffer import _WriteBehind
 from .intents import (
+    _answer_line,
     _call_line,
     _end_line,
+    _fate_line,
     _intent_paths,
     _IntentLog,
     _remove_intents,
@@ -65,7 +67,7 @@ class Journal(_ServeRecords, _WriteBehind):
 
     Memory: the journal keeps one small entry per call of this host whose row may still
     change (not yet both answered and settled, and not settled with a fate other than
-    `pending`), and what is buffered (at most about `FLUSH_INTERVAL` worth of calls).
+    `pending`), and what is buffered (at most about `MAX_DEFER` worth of calls).
     """
 
     def __init__(self, connection: sqlite3.Connection, path: Path | None) -> None:
@@ -125,7 +127,8 @@ class Journal(_ServeRecords, _WriteBehind):
         """Record that a script is about to run, before it runs.
 
         In the intent file when this returns (it survives a kill of the host process), in
-        SQLite within `FLUSH_INTERVAL`. Script ids are unique; a repeated one is kept once.
+        SQLite when the buffer is next written (see `FLUSH_INTERVAL`). Script ids are unique;
+        a repeated one is kept once.
         """
         script = (script_id, shell, generation, _storable(code), started_at)
         intents = self._intents
@@ -135,6 +138,7 @@ class Journal(_ServeRecords, _WriteBehind):
                 raise JournalClosedError()
             if intents is not None:
                 intents.append(line)
+            self._running_scripts += 1
             self._buffer.scripts.append(script)
             if not self._filled:
                 self._fill()
@@ -151,6 +155,7 @@ class Journal(_ServeRecords, _WriteBehind):
                 raise JournalClosedError()
             if intents is not None:
                 intents.append(line)
+            self._running_scripts = max(0, self._running_scripts - 1)
             self._buffer.ends.append((status, ended_at, script_id))
             if not self._filled:
                 self._fill()
@@ -171,9 +176,10 @@ class Journal(_ServeRecords, _WriteBehind):
 
         Each call is a `CallStart`, or a plain tuple of its fields in that order (what the
         host passes). In the intent file when this returns (it survives a kill of the host
-        process, not a power loss: see the package's docstring), in SQLite within
-        `FLUSH_INTERVAL`. A `call_id` that this journal holds for a call still open (not yet
-        answered and settled) raises `ValueError`, and nothing of the batch is written.
+        process, not a power loss: see the package's docstring), in SQLite when the buffer is
+        next written (see `FLUSH_INTERVAL`). A `call_id` that this journal holds for a call
+        still open (not yet answered and settled) raises `ValueError`, and nothing of the
+        batch is written.
         """
         if not rows:
             return
@@ -207,7 +213,8 @@ class Journal(_ServeRecords, _WriteBehind):
                 self._fill()
 
     def record_answers(self, answers: Sequence[AnswerRow]) -> None:
-        """Record answers (buffered; written within `FLUSH_INTERVAL`).
+        """Record answers: in the intent file when this returns, like calls, and in SQLite
+        when the buffer is next written (see `FLUSH_INTERVAL`).
 
         Each answer is a `CallAnswer`, or a plain tuple of its fields in that order. An
         answer to a call already settled `pending` is a late answer: the fate stays
@@ -215,22 +222,31 @@ class Journal(_ServeRecords, _WriteBehind):
         uncertain, since its effect is known now. Answers to call ids this host never
         recorded are ignored.
         """
+        intents = self._intents
+        line = b"" if intents is None or not answers else _answer_line(self._sequence, answers)
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
+            if intents is not None and line:
+                intents.append(line)
             self._buffer.add_answers(answers)
             if not self._filled:
                 self._fill()
 
     def settle_calls(self, fates: Sequence[FateRow]) -> None:
-        """Record the calls' fates (buffered; written within `FLUSH_INTERVAL`).
+        """Record the calls' fates: in the intent file when this returns, like calls, and in
+        SQLite when the buffer is next written (see `FLUSH_INTERVAL`).
 
         Each fate is a `CallFate`, or a plain tuple of its fields in that order. A call
         settled `pending` with no answer becomes uncertain (`pending_at_settle`).
         """
+        intents = self._intents
+        line = b"" if intents is None or not fates else _fate_line(self._sequence, fates)
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
+            if intents is not None and line:
+                intents.append(line)
             self._buffer.add_fates(fates)
             if not self._filled:
                 self._fill()
