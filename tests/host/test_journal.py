@@ -410,6 +410,27 @@ def test_answers_and_fates_a_killed_host_never_flushed_are_replayed_from_its_int
     assert frames == {"c-1": None, "c-2": b'{"n":2}', "c-3": None, "c-4": None}
 
 
+def test_an_answer_or_fate_whose_intent_line_cannot_be_written_is_still_journaled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The answer went out and the kernel said what it did with it: a full disk must not
+    # turn either into an error; the record waits in the buffer, as before it had a line.
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        journal.record_calls([start("c-1")])
+        intents = journal._intents
+        assert intents is not None
+
+        def full(data: bytes) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(intents, "append", full)
+        journal.record_answers([CallAnswer("c-1", NOW + 1, False, "'ok'")])
+        journal.settle_calls([CallFate("c-1", "seen", None)])
+        [call] = journal.calls()
+        assert (call.answer_brief, call.fate, call.uncertain) == ("'ok'", "seen", False)
+
+
 class _Watched:
     """A journal's flush thread, watched: `waited` counts its waits on the journal's closing
     event (each a round of its wait before a flush), `committed` is set by a flush."""

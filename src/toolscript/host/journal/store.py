@@ -4,6 +4,7 @@ SQLite) and the queries the runtime and the CLI ask."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -51,6 +52,9 @@ _CALL_COLUMNS = (
     "call_id, script_id, shell, tool, args_brief, made_at, answered_at, is_error, "
     "answer_brief, fate, cause, uncertain_reason"
 )
+
+
+_log = logging.getLogger(__name__)
 
 
 class Journal(_ServeRecords, _WriteBehind):
@@ -228,7 +232,7 @@ class Journal(_ServeRecords, _WriteBehind):
             if self._closed:
                 raise JournalClosedError()
             if intents is not None and line:
-                intents.append(line)
+                _append_after_the_fact(intents, line)
             self._buffer.add_answers(answers)
             if not self._filled:
                 self._fill()
@@ -246,7 +250,7 @@ class Journal(_ServeRecords, _WriteBehind):
             if self._closed:
                 raise JournalClosedError()
             if intents is not None and line:
-                intents.append(line)
+                _append_after_the_fact(intents, line)
             self._buffer.add_fates(fates)
             if not self._filled:
                 self._fill()
@@ -430,6 +434,16 @@ class Journal(_ServeRecords, _WriteBehind):
             self._commit(sweep=sweep)
             rows = self._db.execute(query, parameters).fetchall()
         return [_journal_call(row) for row in reversed(rows)]
+
+
+def _append_after_the_fact(intents: _IntentLog, line: bytes) -> None:
+    """Append an answer's or a fate's line. What it records has happened already (the
+    answer was sent, the kernel said what became of the call), so a full disk must not
+    fail it: the record stays in the buffer, as safe from a kill as before it had a line."""
+    try:
+        intents.append(line)
+    except OSError:
+        _log.exception("Could not write to the call journal's intent file.")
 
 
 def _repeated_call_id() -> ValueError:
