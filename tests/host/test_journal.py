@@ -453,17 +453,27 @@ class _Watched:
         journal._commit = watched_commit  # type: ignore[method-assign]
 
 
-@pytest.mark.timeout(30)
-def test_the_flush_waits_while_a_script_runs_and_writes_once_it_ends(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextmanager
+def a_script_running(
+    path: Path, monkeypatch: pytest.MonkeyPatch, max_defer: float
+) -> Iterator[tuple[Journal, _Watched]]:
+    """A journal at `path` whose flush thread is watched and would write every 2 ms, with
+    script "s-1" running and call "c-1" recorded."""
     monkeypatch.setattr(journal_buffer, "FLUSH_INTERVAL", 0.002)
-    monkeypatch.setattr(journal_buffer, "MAX_DEFER", 3600.0)
-    path = tmp_path / "journal.sqlite3"
+    monkeypatch.setattr(journal_buffer, "MAX_DEFER", max_defer)
     with Journal.open(path) as journal:
         flusher = _Watched(journal)
         journal.begin_script("s-1", "main", 1, "await send(text='hi')", NOW)
         journal.record_calls([start("c-1")])
+        yield journal, flusher
+
+
+@pytest.mark.timeout(30)
+def test_the_flush_waits_while_a_script_runs_and_writes_once_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with a_script_running(path, monkeypatch, max_defer=3600.0) as (journal, flusher):
         journal.record_answers([CallAnswer("c-1", NOW + 1, False, "'ok'")])
         for _ in range(10):  # ten rounds of the flush thread's wait, each past FLUSH_INTERVAL
             assert flusher.waited.acquire(timeout=10)
@@ -478,13 +488,8 @@ def test_the_flush_waits_while_a_script_runs_and_writes_once_it_ends(
 def test_a_script_that_runs_on_holds_the_flush_back_no_longer_than_max_defer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(journal_buffer, "FLUSH_INTERVAL", 0.002)
-    monkeypatch.setattr(journal_buffer, "MAX_DEFER", 0.05)
     path = tmp_path / "journal.sqlite3"
-    with Journal.open(path) as journal:
-        flusher = _Watched(journal)
-        journal.begin_script("s-1", "main", 1, "await send(text='hi')", NOW)
-        journal.record_calls([start("c-1")])
+    with a_script_running(path, monkeypatch, max_defer=0.05) as (_, flusher):
         assert flusher.committed.wait(timeout=10)  # the script has not ended
         assert read_calls(path) == [("c-1", "send", "text='hi'")]
 
