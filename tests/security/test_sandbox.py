@@ -100,6 +100,7 @@ async def test_escape_calls_are_refused_by_the_seccomp_filter(make_runtime: Make
         " 0, 0, 0, 0, 0)),\n"
         "    'bpf': errno(libc.syscall(321 if os.uname().machine == 'x86_64' else 280,"
         " 0, 0, 0)),\n"
+        "    'io_uring_setup': errno(libc.syscall(425, 8, ctypes.create_string_buffer(120))),\n"
         "}"
     )
     assert result.status == "ok", result.text
@@ -237,3 +238,75 @@ async def test_a_script_cannot_reach_the_sandboxs_init(make_runtime: MakeRuntime
     after = await runtime.run("1 + 1")
     assert after.value == "2"
     assert after.generation == result.generation
+
+
+async def test_the_machines_settings_in_proc_cannot_be_written(make_runtime: MakeRuntime) -> None:
+    # When the host runs as root, so does the script (its user namespace maps its uid to
+    # itself), and a fresh /proc lets uid 0 write sysctls without any capability: a
+    # `kernel.core_pattern` of the script's choosing is a command the kernel runs as root
+    # outside every namespace. Each file is only opened for writing, never written.
+    runtime = await make_runtime(sandbox="required")
+    result = await runtime.run(
+        "import os\n"
+        "paths = ['/proc/sys/kernel/core_pattern', '/proc/sys/kernel/printk_ratelimit_burst',\n"
+        "         '/proc/sys/vm/drop_caches', '/proc/sysrq-trigger',\n"
+        "         '/proc/irq/default_smp_affinity']\n"
+        "opened = {}\n"
+        "for path in paths:\n"
+        "    try:\n"
+        "        os.close(os.open(path, os.O_WRONLY))\n"
+        "        opened[path] = 'opened for writing'\n"
+        "    except OSError as error:\n"
+        "        opened[path] = error.errno\n"
+        "opened, open('/proc/sys/kernel/core_pattern').read() != '', os.getuid()"
+    )
+    assert result.status == "ok", result.text
+    opened, readable, _uid = eval(result.value or "")
+    assert "opened for writing" not in opened.values(), opened
+    assert readable  # read-only, not hidden
+
+
+async def test_no_file_the_script_makes_can_be_setuid_or_setgid(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    # The folder is `nosuid` only inside the sandbox: on the host, a setuid file the script
+    # made there (root's, when the host runs as root) would run as its owner for anyone.
+    runtime = await make_runtime(workdir=tmp_path, sandbox="required")
+    result = await runtime.run(
+        "import os, stat\n"
+        "tried = {}\n"
+        "def attempt(name, make):\n"
+        "    try:\n"
+        "        make()\n"
+        "        tried[name] = 'allowed'\n"
+        "    except OSError as error:\n"
+        "        tried[name] = error.errno\n"
+        "open('plain', 'w').close()\n"
+        "fd = os.open('plain', os.O_RDONLY)\n"
+        "attempt('chmod setuid', lambda: os.chmod('plain', 0o4755))\n"
+        "attempt('chmod setgid', lambda: os.chmod('plain', 0o2755))\n"
+        "attempt('fchmod setuid', lambda: os.fchmod(fd, 0o4755))\n"
+        "attempt('chmod at setuid', lambda: os.chmod('plain', 0o4755, dir_fd=os.open('.', os.O_RDONLY)))\n"
+        "attempt('create setuid', lambda: os.close(os.open('made', os.O_CREAT | os.O_WRONLY, 0o4755)))\n"
+        "attempt('mknod setuid', lambda: os.mknod('node', stat.S_IFREG | 0o4755))\n"
+        "attempt('chmod', lambda: os.chmod('plain', 0o750))\n"
+        "attempt('create', lambda: os.close(os.open('made2', os.O_CREAT | os.O_WRONLY, 0o700)))\n"
+        "attempt('open', lambda: os.close(os.open('plain', os.O_RDONLY)))\n"
+        "tried"
+    )
+    assert result.status == "ok", result.text
+    tried = eval(result.value or "{}")
+    assert tried == {
+        "chmod setuid": 1,
+        "chmod setgid": 1,
+        "fchmod setuid": 1,
+        "chmod at setuid": 1,
+        "create setuid": 1,
+        "mknod setuid": 1,
+        "chmod": "allowed",
+        "create": "allowed",
+        "open": "allowed",
+    }, tried
+    set_id = [path.name for path in tmp_path.iterdir() if path.stat().st_mode & 0o6000]
+    assert set_id == []
+    assert (tmp_path / "plain").stat().st_mode & 0o777 == 0o750

@@ -13,7 +13,8 @@ namespaces. This module does the rest, per interpreter, with the standard librar
   dropped from all sets and from the bounding set, `no_new_privs`, and a seccomp filter
   that refuses the calls a script could use to reach past its sandbox (ptrace,
   process_vm_*, mount and the new mount API, unshare/setns, namespace flags to clone,
-  module and kexec loading, keyctl, bpf, perf_event_open, ...).
+  module and kexec loading, keyctl, bpf, perf_event_open, io_uring, ...) and any that would
+  set a file's setuid or setgid bit.
 
 Each step raises `ConfineError` with the failing call's name; a kernel that cannot lock
 itself down never serves a script.
@@ -212,6 +213,10 @@ _DENIED = [
     "iopl",
     "ioperm",
     "uselib",
+    "_sysctl",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
 ]
 
 # The new mount API's calls came after Linux 5.1, since when a call has one number on every
@@ -224,6 +229,50 @@ _NEW_MOUNT_API = {
     "fsmount": 432,
     "fspick": 433,
     "mount_setattr": 442,
+}
+
+# Calls with the same number everywhere since they came (after Linux 5.1).
+_COMMON = {
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "openat2": 437,
+    "fchmodat2": 452,
+}
+
+# Goal: a file the script makes on a writable mount (its folder, a "rw" mount) can never
+# give anyone more rights than they have. What fails: the mounts' `nosuid`, which holds
+# only inside the sandbox: when the host runs as root, the script's files are root's on
+# the host, and a script could make one setuid (`chmod 4755`), for any user there to run
+# as root. What we do: refuse (EPERM) every call that sets a file's setuid or setgid bit,
+# by its mode argument: the chmod calls always, the calls that make a file when they make
+# one (`O_CREAT`, `O_TMPFILE`). `openat2`, whose mode is in a structure a filter cannot
+# read, answers ENOSYS, and the C library falls back to `openat`; io_uring, which opens
+# files without these calls, is refused whole.
+_SET_ID_BITS = 0o6000
+_MAKES_A_FILE = 0o100 | 0o20000000  # O_CREAT, and O_TMPFILE's own bit
+
+# Per architecture: call -> (the argument holding the mode, the one holding the flags that
+# say whether the call makes a file, or None when it always uses the mode).
+_MODE_ARGUMENTS: dict[str, dict[str, tuple[int, int | None]]] = {
+    "x86_64": {
+        "chmod": (1, None),
+        "fchmod": (1, None),
+        "fchmodat": (2, None),
+        "fchmodat2": (2, None),
+        "mknod": (1, None),
+        "mknodat": (2, None),
+        "creat": (1, None),
+        "open": (2, 1),
+        "openat": (3, 2),
+    },
+    "aarch64": {
+        "fchmod": (1, None),
+        "fchmodat": (2, None),
+        "fchmodat2": (2, None),
+        "mknodat": (2, None),
+        "openat": (3, 2),
+    },
 }
 
 _NUMBERS: dict[str, dict[str, int]] = {
@@ -265,6 +314,16 @@ _NUMBERS: dict[str, dict[str, int]] = {
         "iopl": 172,
         "ioperm": 173,
         "uselib": 134,
+        "_sysctl": 156,
+        **_COMMON,
+        "chmod": 90,
+        "fchmod": 91,
+        "fchmodat": 268,
+        "mknod": 133,
+        "mknodat": 259,
+        "creat": 85,
+        "open": 2,
+        "openat": 257,
         "clone": 56,
         "clone3": 435,
     },
@@ -303,6 +362,11 @@ _NUMBERS: dict[str, dict[str, int]] = {
         "adjtimex": 171,
         "vhangup": 58,
         **_NEW_MOUNT_API,
+        **_COMMON,
+        "fchmod": 52,
+        "fchmodat": 53,
+        "mknodat": 33,
+        "openat": 56,
         "clone": 220,
         "clone3": 435,
     },
@@ -343,11 +407,32 @@ def _filter(machine: str) -> list[tuple[int, int, int, int]]:
         (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM),
         (_BPF_RET_K, 0, 0, _RET_ALLOW),
     ]
+    program += [(_BPF_JEQ_K, 0, 1, numbers["openat2"]), (_BPF_RET_K, 0, 0, _RET_ERRNO | _ENOSYS)]
+    for name, (mode, flags) in _MODE_ARGUMENTS[machine].items():
+        program += _refuse_set_id_bits(numbers[name], mode, flags)
     denied = sorted({numbers[name] for name in _DENIED if name in numbers})
     for number in denied:
         program += [(_BPF_JEQ_K, 0, 1, number), (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM)]
     program.append((_BPF_RET_K, 0, 0, _RET_ALLOW))
     return program
+
+
+def _refuse_set_id_bits(
+    number: int, mode: int, flags: int | None
+) -> list[tuple[int, int, int, int]]:
+    """Instructions that refuse call `number` when the mode in its argument `mode` has the
+    setuid or setgid bit (only if its argument `flags` says it makes a file, when given),
+    allow it otherwise, and fall through, the call's number still loaded, for other calls."""
+    check = [
+        (_BPF_LD_W_ABS, 0, 0, 16 + 8 * mode),
+        (_BPF_JSET_K, 0, 1, _SET_ID_BITS),
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM),
+        (_BPF_RET_K, 0, 0, _RET_ALLOW),
+    ]
+    if flags is not None:
+        # A call that makes no file ignores its mode: allowed, whatever the register holds.
+        check = [(_BPF_LD_W_ABS, 0, 0, 16 + 8 * flags), (_BPF_JSET_K, 0, 3, _MAKES_A_FILE), *check]
+    return [(_BPF_JEQ_K, 0, len(check), number), *check]
 
 
 def seccomp_supported() -> bool:

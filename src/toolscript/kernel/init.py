@@ -35,7 +35,27 @@ from typing import Any
 from . import confine
 from .staging import STAGING, TEMPLATE_CGROUP
 
-__all__ = ["STAGING", "TEMPLATE_CGROUP", "become_init", "join_cgroup", "set_process_limit"]
+__all__ = [
+    "PROC_READ_ONLY",
+    "STAGING",
+    "TEMPLATE_CGROUP",
+    "become_init",
+    "join_cgroup",
+    "set_process_limit",
+]
+
+
+# Goal: a script sees its own processes in /proc and can change nothing of the machine's
+# through it. What fails: a fresh proc mount as it comes: its sysctls (`/proc/sys`) and
+# `/proc/sysrq-trigger` check the writer's uid, not a capability, and when the host runs as
+# root the script's uid is root's (the user namespace maps it to itself), so a script could
+# set `kernel.core_pattern` (a command the kernel then runs as root, outside every
+# namespace) or reboot the machine. What we do: what bubblewrap and container runtimes do
+# for the /proc they mount: these parts of it are read-only binds over themselves, which
+# the script cannot undo (no capability, and `mount`/`umount2` are refused by the seccomp
+# filter).
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+"""The parts of the sandbox's /proc a script can read but not write."""
 
 
 def become_init(
@@ -47,6 +67,9 @@ def become_init(
     confine.unshare(confine.CLONE_NEWNS)
     confine.mount("none", "/", None, confine.MS_REC | confine.MS_PRIVATE)
     confine.mount("proc", "/proc", "proc", confine.MS_NOSUID | confine.MS_NODEV | confine.MS_NOEXEC)
+    for name in PROC_READ_ONLY:
+        if os.path.lexists(f"/proc/{name}"):
+            confine.bind(f"/proc/{name}", f"/proc/{name}", writable=False)
     confine.mount(
         "tmpfs", "/tmp", "tmpfs", confine.MS_NOSUID | confine.MS_NODEV, "mode=1777,size=50%"
     )
