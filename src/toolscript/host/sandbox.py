@@ -214,6 +214,10 @@ class Sandbox:
             args += ["--bind" if mount.writable else "--ro-bind", mount.source, mount.target]
         args += ["--dir", STAGING]
         args += ["--bind", str(self.shells_root), f"{STAGING}/shells"]
+        if not _under(str(self.shells_root), "/tmp"):
+            # Kept interpreters keep their shells' folders in the state directory: an empty
+            # mount point, over which each init puts a folder of its own (`kernel.init`).
+            args += ["--dir", str(self.shells_root)]
         for index, mount in enumerate(self._staged()):
             kind = "--bind" if mount.writable else "--ro-bind"
             args += [kind, mount.source, f"{STAGING}/mounts/{index}"]

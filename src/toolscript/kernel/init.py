@@ -25,6 +25,7 @@ The init also:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import selectors
@@ -198,14 +199,23 @@ def _serve(
 
 def _setup(data: bytes) -> dict[str, Any]:
     """Put the shell's folder in place: `{"folder": NAME, "cwd": PATH}` binds the staged
-    folder NAME on PATH (made in the private /tmp if it is under it)."""
+    folder NAME on PATH (made in the private /tmp if it is under it; elsewhere, on a small
+    tmpfs of this namespace over PATH's folder, which the sandbox has as an empty mount
+    point, so no other shell's folder shows beside it)."""
     try:
         request = json.loads(data)
         folder, cwd = request.get("folder"), request.get("cwd")
         if isinstance(folder, str) and isinstance(cwd, str):
             if "/" in folder or folder in ("", ".", ".."):
                 return {"error": f"not a folder name: {folder!r}"}
-            os.makedirs(cwd, exist_ok=True)
+            try:
+                os.makedirs(cwd, exist_ok=True)
+            except OSError as error:
+                if error.errno != errno.EROFS:
+                    raise
+                flags = confine.MS_NOSUID | confine.MS_NODEV
+                confine.mount("tmpfs", os.path.dirname(cwd), "tmpfs", flags, "mode=755,size=64k")
+                os.mkdir(cwd)
             confine.bind(f"{STAGING}/shells/{folder}", cwd, writable=True)
         return {"error": None}
     except (OSError, ValueError, AttributeError) as error:
