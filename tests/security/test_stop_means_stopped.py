@@ -276,3 +276,27 @@ async def test_a_setsid_double_fork_is_gone_after_its_shell_is_closed(
     await eventually(lambda: bool(processes_with(token)), 10, "the daemon did not appear")
     await shell.close()
     await eventually(lambda: not processes_with(token), 1.0, "the daemon outlived its shell")
+
+
+async def test_a_timer_the_script_left_never_fires_after_a_time_limit_stop(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime()
+    result = await runtime.run(
+        "import asyncio, time\n"
+        "fired = []\n"
+        "loop = asyncio.get_running_loop()\n"
+        "start = time.monotonic()\n"
+        "loop.call_later(1.5, fired.append, 'call_later')\n"
+        "loop.call_at(loop.time() + 1.5, fired.append, 'call_at')\n"
+        "while True:\n"
+        "    pass\n",
+        time_limit=1,
+    )
+    assert result.status == "time_limit", result.text
+    # The same interpreter, past the timers' time: its loop runs meanwhile.
+    after = await runtime.run(
+        "await asyncio.sleep(max(0.0, start + 2.0 - time.monotonic()))\nfired"
+    )
+    assert (after.status, after.value) == ("ok", "[]"), after.text
+    assert after.generation == result.generation

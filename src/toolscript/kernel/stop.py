@@ -14,8 +14,8 @@ an exception the script can clean up after; then end everything the script start
   `KeyboardInterrupt` there. A handler that runs inside the kernel's own or asyncio's code
   (`in_internal_code`) cancels the task instead, so the kernel's state is never torn.
 - A script that ignores both is killed by the host after the grace period.
-- Once the script has ended, `end_what_it_started` cancels the tasks it left, kills the
-  processes it started (in the sandbox) and counts the threads that still run.
+- Once the script has ended, `end_what_it_started` cancels the tasks and timers it left,
+  kills the processes it started (in the sandbox) and counts the threads that still run.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ async def end_what_it_started(
     calls.cancel_waiting()
     if others:
         await asyncio.wait(others, timeout=1.0)
+    _cancel_timers(loop, calls)
     if sandboxed:
         with contextlib.suppress(OSError):
             os.kill(-1, signal.SIGKILL)  # spares PID 1 (the init) and the caller
@@ -81,6 +82,15 @@ async def end_what_it_started(
         thread.join(max(0.0, deadline - time.monotonic()))
         left += thread.is_alive()
     return left
+
+
+def _cancel_timers(loop: asyncio.AbstractEventLoop, calls: CallTable) -> None:
+    """Cancel the timers the script left on the loop (`call_later`, `call_at`): after a
+    stop, nothing it scheduled may run. The call table's own (a call's timeout, the
+    acknowledgements' flush) are the kernel's, and stay."""
+    for handle in list(getattr(loop, "_scheduled", ())):
+        if getattr(handle._callback, "__self__", None) is not calls:
+            handle.cancel()
 
 
 def nothing_left_running(loop: asyncio.AbstractEventLoop) -> bool:
