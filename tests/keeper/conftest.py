@@ -100,6 +100,7 @@ HOST = textwrap.dedent(
             sandbox=config["sandbox"],
             mounts={shared: "rw"},
             pool_size=0,
+            journal=config.get("journal"),
         ) as rt:
             running = []
             for shell, code, time_limit, wait in config["scripts"]:
@@ -203,11 +204,14 @@ class Hosts:
         }
         return Runtime(**settings)
 
-    async def kill_when(self, signal_name: str, code: str, time_limit: float) -> Host:
+    async def kill_when(
+        self, signal_name: str, code: str, time_limit: float, **config: Any
+    ) -> Host:
         """A host that sets `x = 1` in the shell "main" and then runs `code` there (under
         `time_limit`), killed once the script has made the file `signal_name` in the shared
-        folder."""
-        host = await self.start([["main", "x = 1", 30, True], ["main", code, time_limit, False]])
+        folder; `config` as `start`'s (`journal`, say)."""
+        scripts = [["main", "x = 1", 30, True], ["main", code, time_limit, False]]
+        host = await self.start(scripts, **config)
         await host.line("kernel")
         await wait_for_file(self.shared / signal_name, WAIT)
         await host.kill()

@@ -54,6 +54,28 @@ async def test_a_call_in_doubt_is_not_made_again_and_reaches_the_script_as_in_do
 
 
 @pytest.mark.timeout(90)
+async def test_with_a_journal_in_memory_a_held_call_is_in_doubt_not_made_again(
+    hosts: Hosts,
+) -> None:
+    # The next host's journal began with it: a call missing from it may well have been
+    # dispatched by the host before, whose journal died with it.
+    code = _CATCH.format(call="transfer(key='t1')")
+    await hosts.kill_when("entered-t1", code, 30, journal=":memory:")
+
+    async with hosts.runtime(
+        tools=effect_tools(str(hosts.shared), hold=False), journal=":memory:"
+    ) as rt:
+        result = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert result is not None and result.status == "ok", result and result.text
+        assert result.value is not None and "'ToolError', 'in_doubt'" in result.value
+        assert "journal is in memory" in result.value
+        [record] = result.calls.records
+        assert (record.tool, record.fate, record.cause) == ("transfer", "pending", "in_doubt")
+    assert len(count(hosts.shared, "effects", "transfer", "t1")) == 1
+    assert len(count(hosts.shared, "attempts", "transfer", "t1")) == 1
+
+
+@pytest.mark.timeout(90)
 async def test_an_idempotent_call_in_doubt_is_made_again_with_the_same_key_and_takes_effect_once(
     hosts: Hosts,
 ) -> None:

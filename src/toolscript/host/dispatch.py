@@ -77,7 +77,9 @@ class Dispatcher:
     # which calls it still waits on (`held`), and the journal, which records every call
     # before it is dispatched, says how far the old host got with each:
     # - not journaled: the old host never dispatched it (it never read the frame, or died
-    #   before it could record it): dispatched now, as usual; its effect had not begun;
+    #   before it could record it): dispatched now, as usual; its effect had not begun. With
+    #   a journal in memory, which began with this host, not journaled says nothing: such a
+    #   call is in doubt, as below;
     # - journaled with an answer: the tool ran and answered, but the answer never reached the
     #   kernel: the journal kept it as it was to be sent (its frame), and it is sent now, so
     #   the script gets the value or the tool's error it would have got; the call's record
@@ -88,9 +90,16 @@ class Dispatcher:
     #   key; any other is answered `ToolError` with cause `in_doubt`, and the journal and the
     #   result keep it uncertain.
 
-    def recover(self, frames: list[dict[str, Any]], journaled: Mapping[str, TakenCall]) -> None:
+    def recover(
+        self,
+        frames: list[dict[str, Any]],
+        journaled: Mapping[str, TakenCall],
+        remembered: bool = True,
+    ) -> None:
         """Answer the calls a kernel taken back from a keeper still waits on (`frames`, as it
-        sent them again), given what the journal holds of them, by call id."""
+        sent them again), given what the journal holds of them, by call id. `remembered`:
+        whether the journal outlived the host before (a file); a journal in memory began with
+        this host, so a call missing from it may have been dispatched, and is in doubt."""
         todo: list[_Todo] = []
         for n, call, args in self.ledger.recovered(frames, set(journaled)):
             before = journaled.get(call.id)
@@ -99,9 +108,9 @@ class Dispatcher:
             if problem is not None:
                 self.ledger.refuse(n, problem)
                 self.channel.send(Answer("refused", message=problem).to_frame(n))
-            elif before is None:
+            elif before is None and remembered:
                 todo.append((n, key, args, (call.id, call.script, False)))
-            elif before.call.answered_at is not None:
+            elif before is not None and before.call.answered_at is not None:
                 self._answer_from_journal(n, key, before)
             elif self.catalogue.repeat_is_safe(key):
                 todo.append((n, key, args, (call.id, call.script, True)))
@@ -111,6 +120,11 @@ class Dispatcher:
                     "taken effect. It was not made again, since the tool does not say a repeat "
                     "is safe: check before you repeat it."
                 )
+                if before is None:
+                    message += (
+                        " (The journal is in memory, so nothing tells whether the host before "
+                        "had made it.)"
+                    )
                 self._answered_all([(n, Answer("in_doubt", message=message))])
         if todo:
             self._answer_soon(todo, 0, eager=_EAGER)

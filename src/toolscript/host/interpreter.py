@@ -332,7 +332,7 @@ class Interpreter:
         frames = [call for call in holding.get("calls", []) if isinstance(call, dict)]
         prefix = self.ledger.prefix
         journaled = self._journal.take_over_calls(f"{prefix}.{call.get('n')}" for call in frames)
-        self._calls.recover(frames, journaled)
+        self._calls.recover(frames, journaled, remembered=self._journal.path is not None)
         waiting = self._channel.done
         if (
             script_id is not None
