@@ -134,6 +134,13 @@ class Settings:
             workdir = Path(workdir).expanduser().resolve()
             if not workdir.is_dir():
                 raise ValueError(f"workdir: {str(workdir)!r} is not a folder")
+        for variable, setting in dict(self.env or {}).items():
+            if not isinstance(variable, str) or not isinstance(setting, str):
+                raise ValueError(
+                    f"env: {variable!r}: {setting!r}: names and values must be strings"
+                )
+            if not variable or "=" in variable or "\0" in variable or "\0" in setting:
+                raise ValueError(f"env: {variable!r} is not a variable's name and value")
         preload = tuple(self.preload)
         for module in preload:
             if not isinstance(module, str) or not module.replace(".", "_").isidentifier():

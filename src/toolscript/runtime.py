@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import os
@@ -48,6 +49,10 @@ if TYPE_CHECKING:
 __all__ = ["Runtime", "RuntimeClosedError", "ScriptHandle", "Shell"]
 
 _log = logging.getLogger(__name__)
+
+
+_LONGEST_FOLDER = 100
+"""Bytes of a shell's name its folder's name keeps (a file name holds 255)."""
 
 
 class RuntimeClosedError(RuntimeError):
@@ -588,6 +593,12 @@ class Runtime:
         name = shell.replace("/", "_").replace(os.sep, "_")
         if name.startswith("."):
             name = "_" + name  # never "." or "..": a folder of its own, under the runtime's
+        if name != shell or len(name.encode()) > _LONGEST_FOLDER:
+            # Two names must not share a folder ("a/b" and "a_b"), and a long one must fit
+            # a file name: the start of the name, then a digest of all of it.
+            digest = hashlib.sha256(shell.encode()).hexdigest()[:16]
+            start = name.encode()[:_LONGEST_FOLDER].decode(errors="ignore")
+            name = f"{start}-{digest}"
         folder = self._workdir / name
         folder.mkdir(parents=True, exist_ok=True)
         return folder

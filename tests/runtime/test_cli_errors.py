@@ -104,6 +104,23 @@ def test_a_bad_tool_reference_a_missing_mount_and_a_bad_time_limit_are_one_line(
     assert_one_line(toolscript("serve", "--http", "host", cwd=folder), "--http", "HOST:PORT")
 
 
+def test_a_tool_reference_to_something_that_is_not_a_tool_is_one_line(folder: Path) -> None:
+    (folder / "notatool.py").write_text("x = 5\n")
+    for command in ("exec", "tools", "serve"):
+        extra = ["script.py"] if command == "exec" else []
+        for reference, why in (("notatool:x", "is not a tool"), ("json:dumps", "**kw")):
+            done = toolscript(command, *extra, "--tools", reference, cwd=folder)
+            assert_one_line(done, f"toolscript {command}: error:", "--tools", reference, why)
+
+
+def test_calls_on_a_journal_that_does_not_exist_is_one_line_and_makes_nothing(
+    folder: Path,
+) -> None:
+    done = toolscript("calls", "--journal", "typo/journal.db", cwd=folder)
+    assert_one_line(done, "--journal", "typo/journal.db", "does not exist")
+    assert not (folder / "typo").exists()
+
+
 def test_the_agent_without_its_extra_says_what_to_install(folder: Path) -> None:
     env = {**os.environ, "ANTHROPIC_API_KEY": "k"}
     done = toolscript(

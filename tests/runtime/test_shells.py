@@ -255,3 +255,26 @@ async def test_a_shell_name_that_is_not_printable_text_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match="printable"):
         runtime.shell(name)
+
+
+@pytest.mark.timeout(30)
+async def test_shells_whose_names_differ_have_folders_of_their_own_even_long_ones(
+    runtime: Runtime,
+) -> None:
+    names = ["a/b", "a_b", "x" * 300, "é" * 200, "x" * 301]
+    folders = []
+    for name in names:
+        shell = runtime.shell(name)
+        result = await shell.run(f"open('mine', 'w').write({name!r})\nimport os\nos.getcwd()")
+        assert result.status == "ok", result.text
+        folders.append(result.value)
+    assert len(set(folders)) == len(names), folders
+    for name in names:  # each still finds what it wrote, not another's
+        mine = await runtime.shell(name).run("open('mine').read()")
+        assert mine.value == repr(name), mine.text
+
+
+def test_an_env_that_is_not_strings_is_refused_when_the_runtime_is_made() -> None:
+    for env in ({"A": 1}, {1: "a"}, {"A=B": "c"}, {"A": "b\0"}):
+        with pytest.raises(ValueError, match="env"):
+            Runtime(env=env)  # type: ignore[dict-item]

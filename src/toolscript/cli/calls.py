@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from . import options
 from .options import UsageError
@@ -32,6 +33,10 @@ def calls_command(args: argparse.Namespace) -> int:
 
     if args.limit < 1:
         raise UsageError(f"--limit: {args.limit} is not a positive number")
+    if args.journal not in (None, ":memory:") and not Path(args.journal).is_file():
+        # A command that reads must not make a journal where a mistyped path points.
+        what = "is a folder" if Path(args.journal).is_dir() else "does not exist"
+        raise UsageError(f"--journal: {args.journal} {what}")
     store = Journal.open(args.journal)
     try:
         if args.uncertain:

@@ -5,19 +5,22 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Iterable
-from typing import Any
+
+from .python import as_spec
+from .spec import ToolSpec
 
 
 class ToolReferenceError(ValueError):
     """A `MODULE:ATTR` that does not name an importable attribute; the message says why."""
 
 
-def load_tools(references: Iterable[str] | None) -> list[Any]:
-    """Import each `MODULE:ATTR`; the attribute is one tool or a list or tuple of them.
+def load_tools(references: Iterable[str] | None) -> list[ToolSpec]:
+    """Import each `MODULE:ATTR`; the attribute is one tool or a list or tuple of them, each
+    made a `ToolSpec` now, so that one that is not a tool is a `ToolReferenceError` too.
 
     Modules are looked up from the current directory too, as `python -m` would.
     """
-    found: list[Any] = []
+    found: list[ToolSpec] = []
     for reference in references or []:
         module_name, _, attribute = reference.partition(":")
         if not module_name or not attribute:
@@ -36,8 +39,9 @@ def load_tools(references: Iterable[str] | None) -> list[Any]:
             raise ToolReferenceError(
                 f"module {module_name!r} has no attribute {attribute!r}"
             ) from None
-        if isinstance(value, list | tuple):
-            found.extend(value)
-        else:
-            found.append(value)
+        for item in value if isinstance(value, list | tuple) else [value]:
+            try:
+                found.append(as_spec(item))
+            except (TypeError, ValueError) as error:  # not a tool, or one that cannot be
+                raise ToolReferenceError(f"{reference}: {error}") from None
     return found
