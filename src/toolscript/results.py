@@ -10,6 +10,7 @@ fresh interpreter cannot drift apart. The host hands over plain data (an `Outcom
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field
@@ -279,8 +280,29 @@ def render_text(result: ScriptResult) -> str:
         sections.append(("value", result.value))
     shares = _share(room, [len(body) for _, body in sections])
     for (title, body), share in zip(sections, shares, strict=True):
-        parts.append(f"{title}:\n{cut_middle(body, share)}")
+        cut = _cut_output if title in ("stdout", "stderr") else cut_middle
+        parts.append(f"{title}:\n{cut(body, share)}")
     return "\n\n".join(parts) + "\n"
+
+
+_CAPTURE_CUT = re.compile(r"\n… ([\d,]+) bytes of output cut …\n")
+
+
+def _cut_output(body: str, limit: int) -> str:
+    """A stream's text cut to `limit` as `cut_middle` does; where the capture already cut
+    its middle (`output_limit`), the two cuts are one, and its mark states both."""
+    found = _CAPTURE_CUT.search(body)
+    if found is None or len(body) <= limit:
+        return cut_middle(body, limit)
+    head, tail = body[: found.start()], body[found.end() :]
+    keep = max(limit, 2)
+    kept_head = min(keep // 2, len(head))
+    kept_tail = min(keep - kept_head, len(tail))
+    more = len(head) - kept_head + len(tail) - kept_tail
+    mark = f"{found.group(1)} bytes of output cut"
+    if more:
+        mark = f"{found.group(1)} bytes of output and {more:,} more characters cut"
+    return f"{head[:kept_head]}\n… {mark} …\n{tail[len(tail) - kept_tail :]}"
 
 
 def render_output(stdout: str, stderr: str, limit: int) -> str:

@@ -234,3 +234,21 @@ def test_only_the_bytes_between_the_markers_are_the_scripts_however_they_are_spl
     assert captured.total_bytes == len(body) and captured.cut_bytes == 0
     assert captured.text == body.decode("utf-8", "backslashreplace")
     assert capture.unattributed_bytes == len(before) + len(after)
+
+
+@pytest.mark.timeout(30)
+async def test_the_text_states_all_that_was_cut_when_the_capture_cut_too(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The capture keeps 10,000 bytes of 300,009 and the text a few thousand characters of
+    # those: the model must read that 300,000-odd were cut, not a few thousand.
+    runtime = await make_runtime(output_limit=10_000, text_limit=1_000)
+    result = await runtime.run("print('HEAD' + 'a' * 300_000 + 'TAIL')\n")
+    assert result.status == "ok", result.text
+    assert "290,009 bytes of output cut" in result.stdout
+    [mark] = [line for line in result.text.splitlines() if " cut …" in line]
+    assert mark.startswith("… 290,009 bytes of output and "), mark
+    more = int(mark.split(" and ")[1].split()[0].replace(",", ""))
+    shown = result.text.split("stdout:\n", 1)[1].replace(mark, "").replace("\n", "")
+    assert len(shown) + 290_009 + more == 300_008
+    assert shown.startswith("HEAD") and shown.endswith("TAIL")
