@@ -47,6 +47,56 @@ async def test_a_key_the_results_typeddict_lacks_is_a_finding(tmp_path: Path) ->
 
 
 @pytest.mark.timeout(60)
+async def test_keys_the_script_adds_to_a_result_are_no_finding(tmp_path: Path) -> None:
+    # A result is a plain dict: adding a key, then reading it, is valid code.
+    code = (
+        "note = await add_note(text='a')\n"
+        "note['city'] = 'London'\n"
+        "print(note['city'])\n"
+        "note.setdefault('seen', 0)\n"
+        "note['seen'] += 1\n"
+        "note.update({'town': 1}, extra=2)\n"
+        "print(note.pop('gone', None), note.get('absent'), note['town'], note['extra'])\n"
+        "for found in await search_notes(query='a'):\n"
+        "    found['length'] = len(found['text'])\n"
+        "    del found['length']\n"
+        "print(note['txt'])\n"  # still a misspelled read of the tool's own key
+    )
+    outcome = await ScriptChecker(tmp_path).check(ToolCatalogue(specs(), None), code, None, None)
+    assert outcome.ran and outcome.failure is None
+    assert [str(finding) for finding in outcome.findings] == [
+        '<script>:11: a result\'s keys: Unknown key "txt" for TypedDict `Note` - did you mean '
+        '"text"?'
+    ]
+
+
+@pytest.mark.timeout(60)
+async def test_a_tools_call_used_as_its_answer_without_await_is_a_finding(tmp_path: Path) -> None:
+    code = (
+        "note = add_note(text='a')\n"
+        "print(note['text'])\n"
+        "for found in search_notes(query='a'):\n"
+        "    pass\n"
+        "notes = search_notes(query='b')\n"
+        "notes.append(1)\n"
+        "print(len(notes), 'x' + note)\n"
+        "later = add_note(text='b')\n"
+        "print((await later)['text'])\n"  # awaited where it is used: no finding
+    )
+    outcome = await ScriptChecker(tmp_path).check(ToolCatalogue(specs(), None), code, None, None)
+    assert outcome.ran and outcome.failure is None
+    said = "is not awaited, so what is used here is a coroutine, not the tool's answer"
+    assert [(finding.line, said in finding.message) for finding in outcome.findings] == [
+        (2, True),
+        (3, True),
+        (6, True),
+        (7, True),
+        (7, True),
+    ], outcome.findings
+    assert "`await search_notes(...)`" in outcome.findings[1].message
+
+
+@pytest.mark.timeout(60)
 async def test_a_typeddict_of_the_scripts_own_is_not_the_catalogues(tmp_path: Path) -> None:
     code = (
         "from typing import TypedDict\n"

@@ -51,8 +51,13 @@ RULES = (
     "too-many-positional-arguments",
     "unused-awaitable",
     "invalid-typed-dict-key",
+    "not-subscriptable",
+    "not-iterable",
+    "invalid-argument-type",
+    "unsupported-operator",
 )
-"""The checker's rules whose diagnostics can be findings: the only ones that can concern a tool."""
+"""The checker's rules whose diagnostics can be findings: the only ones that can concern a tool.
+(The last four only where a tool's call, not awaited, is used as its answer would be.)"""
 
 RULES_ASKED = (*RULES, "invalid-explicit-return")
 """The rules turned on. A `return` with a value at the script's top level (a syntax error in
@@ -71,6 +76,16 @@ _DYNAMIC_NAMES = frozenset({"globals", "vars", "exec", "builtins", "__builtins__
 """Names a script can define other names with: where one appears, no name is unknown."""
 
 _TICKED = re.compile(r"`([^`]+)`")
+_KEY = re.compile(r'key "([^"]*)"')
+_COROUTINE = "`CoroutineType["
+_USED_AS_ANSWER = (
+    "missing-attribute",
+    "not-subscriptable",
+    "not-iterable",
+    "invalid-argument-type",
+    "unsupported-operator",
+)
+"""Rules whose diagnostic on a coroutine means a tool's call used as its answer, not awaited."""
 _WORD = re.compile(r"[^\W\d]\w*")
 _HIDDEN_SYNTAX = re.compile(r"\b(?:yield|return)\b")
 _USED = re.compile(r"([^\W\d]\w*)\s*[(.]")
@@ -207,6 +222,27 @@ class CheckedScript:
         return frozenset(_bound_names(self._tree)) | self._earlier
 
     @functools.cached_property
+    def _keys_added(self) -> frozenset[str]:
+        """Keys the script may put in a dict, or asks for without needing them: a result is
+        a plain dict, so a key the script adds (`r["city"] = ...`, `setdefault`, `update`)
+        is no mistake, nor is reading it afterwards, nor `get` or `pop` with a default."""
+        keys: set[str] = set()
+        for node in ast.walk(self._tree):
+            if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
+                keys.update(_text(node.slice))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                method = node.func.attr
+                if method in ("setdefault", "get", "pop") and node.args:
+                    keys.update(_text(node.args[0]))
+                elif method == "update":
+                    keys.update(keyword.arg for keyword in node.keywords if keyword.arg)
+                    for argument in node.args:
+                        if isinstance(argument, ast.Dict):
+                            for key in argument.keys:
+                                keys.update(_text(key) if key is not None else ())
+        return frozenset(keys)
+
+    @functools.cached_property
     def _names_unknowable(self) -> bool:
         return (
             self._names is None
@@ -248,12 +284,25 @@ class CheckedScript:
 
     def _reword(self, rule: str, message: str, line: int, column: int) -> str | None:
         ticked = _TICKED.findall(message)
+        if _COROUTINE in message and rule in _USED_AS_ANSWER:
+            name = self._unawaited_at(line, column)
+            if name is None:
+                return None
+            return (
+                f"`{name}(...)` is not awaited, so what is used here is a coroutine, not the "
+                f"tool's answer: `await {name}(...)`"
+            )
+        if rule in _USED_AS_ANSWER[1:]:
+            return None
         if rule == "unresolved-reference":
             return self._unknown_name(ticked[0]) if ticked else None
         if rule == "missing-attribute":
             return self._unknown_attribute(line, column, ticked)
         if rule == "invalid-typed-dict-key":
             named = ticked[-1] if ticked else ""
+            key = _KEY.search(message)
+            if key is not None and key.group(1) in self._keys_added:
+                return None  # a key the script puts in a result itself (or may), then reads
             if named in self._catalogue.typed_dicts and named not in self._shadowed:
                 return f"a result's keys: {message}"
             return None
@@ -318,6 +367,41 @@ class CheckedScript:
             )
         return None
 
+    @functools.cached_property
+    def _unawaited_names(self) -> dict[str, str]:
+        """Names the script binds to a tool's call it does not await (`r = add_note(...)`),
+        with the tool's name as the script calls it."""
+        found: dict[str, str] = {}
+        for node in ast.walk(self._tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                tool = self._tool_of(node.value.func)
+                if tool is not None:
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            found[target.id] = tool[0]
+        return found
+
+    def _unawaited_at(self, line: int, column: int) -> str | None:
+        """The tool whose call, not awaited, is the expression at the position (or the object
+        of the attribute, subscript or operation there): the call itself, or a name bound to
+        it."""
+        for node in ast.walk(self._tree):
+            if not isinstance(node, ast.expr) or (node.lineno, node.col_offset) != (line, column):
+                continue
+            around = [node]
+            if isinstance(node, ast.Attribute | ast.Subscript):
+                around.append(node.value)
+            elif isinstance(node, ast.BinOp):
+                around += [node.left, node.right]
+            for candidate in around:
+                if isinstance(candidate, ast.Call):
+                    tool = self._tool_of(candidate.func)
+                    if tool is not None:
+                        return tool[0]
+                elif isinstance(candidate, ast.Name) and candidate.id in self._unawaited_names:
+                    return self._unawaited_names[candidate.id]
+        return None
+
     def _tool_call_at(self, line: int, column: int) -> tuple[str, dict[str, Any]] | None:
         """The innermost call around the position whose function is a tool: its name as the
         script calls it, and its plan."""
@@ -371,6 +455,11 @@ class CheckedScript:
             ):
                 return node
         return None
+
+
+def _text(node: ast.expr) -> list[str]:
+    """The string `node` is, when it is a literal one."""
+    return [node.value] if isinstance(node, ast.Constant) and isinstance(node.value, str) else []
 
 
 def _typed_dict_names(prompt: str) -> Iterable[str]:
