@@ -120,3 +120,30 @@ async def test_an_unasked_for_holding_frame_dispatches_nothing(make_runtime: Mak
     after = await runtime.run("print(await record(text='after'))")
     assert after.status == "ok", after.text
     assert "forged" not in made
+
+
+@pytest.mark.timeout(60)
+async def test_a_forged_call_of_too_many_containers_costs_the_script_its_interpreter(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The kernel refuses such a call itself; one that reaches the host was forged, and the
+    # host does not decode it (a million empty dicts cost 64 MB and its loop's time).
+    runtime: Runtime = await make_runtime(tools=[add_note])
+    first = await runtime.run("0")
+    code = forging(
+        "script = kernel._script.id\n"
+        'body = (\'{"t": "call", "n": 1, "tool": "add_note", "script": \' + json.dumps(script)'
+        " + ', \"args\": {\"text\": [' + '{},' * 1_200_000 + '{}]}}').encode()\n"
+        "import socket\n"
+        "sock = socket.socket(fileno=os.dup(channel()))\n"
+        "sock.setblocking(True)\n"  # the whole frame, however long the host takes to read it
+        "sock.sendall(struct.pack('>I', len(body)) + body)\n"
+        "time.sleep(30)\n"
+    )
+    result = await runtime.run(code, time_limit=20)
+    assert result.status != "ok", result.text
+    assert "objects and arrays" in result.text, result.text
+    assert result.calls.made == 0
+    after = await runtime.run("1 + 1")
+    assert (after.status, after.value) == ("ok", "2")
+    assert after.generation > first.generation

@@ -1,7 +1,8 @@
 """What the wire cannot carry is an error the script can handle, and what it carries is exact.
 
 - An answer over the channel's frame bound (`wire.MAX_FRAME`, 64 MiB) is a `ToolError` in the
-  script; the interpreter is kept. So is a call whose arguments are over it.
+  script; the interpreter is kept. So is a call whose arguments are over it, or hold more
+  lists and dicts than `wire.MAX_CONTAINERS`; the host refuses a frame that does, forged.
 - Integers of any size reach a tool, and come back from it, as the same integer.
 - NaN and the infinities are kept both ways (JSON as Python's `json` writes it), never turned
   into None.
@@ -80,6 +81,38 @@ async def test_arguments_over_the_frame_bound_are_a_tool_error_and_the_interpret
     assert "over the 64 MiB limit" in result.stdout and "not sent" in result.stdout
     assert result.calls.by_fate == {"refused": 1}
     assert (await runtime.run("1 + 1")).generation == result.generation
+
+
+@pytest.mark.timeout(60)
+async def test_arguments_of_too_many_lists_and_dicts_are_a_tool_error_but_brackets_in_text_pass(
+    make_runtime: MakeRuntime,
+) -> None:
+    # Decoding a million empty dicts costs the decoding side 64 MB and a good part of a
+    # second: the host must not pay that for a script (its loop enforces every time limit).
+    runtime = await make_runtime(tools=[describe])
+    many = wire.MAX_CONTAINERS
+    result = await runtime.run(
+        "try:\n"
+        f"    await describe(value=[{{}}] * {many})\n"
+        "except ToolError as error:\n"
+        "    print(error)\n"
+        f"text = await describe(value='{{[' * {many})\n"
+        "len(text)\n",
+        time_limit=30,
+    )
+    assert result.status == "ok", result.text
+    assert f"over {many:,} lists and dicts" in result.stdout, result.text
+    assert result.value == str(len("str:''") + 2 * many)
+    assert result.calls.by_fate == {"refused": 1, "seen": 1}
+    assert (await runtime.run("1 + 1")).generation == result.generation
+
+
+def test_the_host_refuses_a_frame_of_too_many_containers_before_decoding_it() -> None:
+    body = b'{"t": "call", "n": 1, "tool": "x", "args": {"v": [' + b"{}," * 1_200_000 + b"{}]}}"
+    with pytest.raises(wire.FrameError, match="objects and arrays"):
+        codec.decode_body(body)
+    text = b'{"t": "call", "n": 1, "tool": "x", "args": {"v": "' + b"{[" * 1_200_000 + b'"}}'
+    assert codec.decode_body(text)["args"]["v"] == "{[" * 1_200_000
 
 
 @pytest.mark.timeout(30)

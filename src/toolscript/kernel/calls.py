@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 from .brief import brief
 from .content import from_wire
-from .wire import LONGEST_FRAME, MAX_FRAME, encode, encode_call
+from .wire import (
+    LONGEST_FRAME,
+    MAX_CONTAINERS,
+    MAX_FRAME,
+    encode,
+    encode_call,
+    too_many_containers,
+)
 
 if TYPE_CHECKING:
     from .wire import AckFrame, AnswerFrame, CallFrame, Unwaited
@@ -212,6 +219,11 @@ class CallTable:
                     refused = (
                         f"its arguments were {len(frame) / 1e6:,.0f} MB as JSON, over the "
                         f"{MAX_FRAME >> 20} MiB limit of the interpreter's channel"
+                    )
+                elif too_many_containers(frame):
+                    refused = (
+                        f"its arguments hold over {MAX_CONTAINERS:,} lists and dicts, more "
+                        "than one call may carry: pass them in parts"
                     )
             except (TypeError, ValueError, RecursionError, MemoryError) as error:
                 refused = f"its arguments cannot be sent as JSON ({type(error).__name__}: {error})"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import json.encoder
 import json.scanner
+import re
 import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,12 @@ MAX_FRAME = 64 * 1024 * 1024
 
 LONGEST_FRAME = HEADER.size + MAX_FRAME
 """The longest frame either side takes: its header and a body of `MAX_FRAME` bytes."""
+
+MAX_CONTAINERS = 1_000_000
+"""The most objects and arrays a call's frame may hold. What decoding a frame costs the side
+that reads it is bounded by its containers, not its bytes: an empty object is two bytes of
+JSON and 64 of memory, so 64 MiB of them would cost the host 1.4 GiB and seconds of its
+event loop. `{` and `[` inside strings do not count."""
 
 BATCH = 64
 """Frames a burst may hold before a piece of it is written (the same on both sides)."""
@@ -268,6 +275,21 @@ if TYPE_CHECKING:
         | HoldingFrame
     )
     Frame: TypeAlias = HostFrame | KernelFrame
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def too_many_containers(body: bytes, most: int = MAX_CONTAINERS) -> bool:
+    """Whether the JSON `body` holds more than `most` objects and arrays. A count of `{` and
+    `[` answers at C speed; only when it is over `most` are the strings taken out to count
+    again (`[` and `{` in a string are text)."""
+    if len(body) <= 2 * most:  # a container takes two bytes at least
+        return False
+    if body.count(b"{") + body.count(b"[") <= most:
+        return False
+    outside = _STRING.sub(b"", body)
+    return outside.count(b"{") + outside.count(b"[") > most
 
 
 class FrameError(Exception):
