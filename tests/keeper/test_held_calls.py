@@ -10,6 +10,7 @@ import signal
 
 import pytest
 
+from tests.conftest import wait_for_file
 from toolscript import Runtime
 from toolscript.host.journal import ANSWER_KEPT
 
@@ -51,6 +52,59 @@ async def test_a_call_in_doubt_is_not_made_again_and_reaches_the_script_as_in_do
         assert (again.status, again.value) == ("ok", "1"), again.text
     assert len(count(hosts.shared, "effects", "transfer", "t1")) == 1
     assert len(count(hosts.shared, "attempts", "transfer", "t1")) == 1
+
+
+@pytest.mark.timeout(90)
+async def test_the_recovered_result_lists_the_calls_a_killed_host_answered_with_their_fates(
+    hosts: Hosts,
+) -> None:
+    # `record` answered, and the script read it, under the killed host; `transfer` was held.
+    # The result of the script, concluded by the next host, must list both, and the journal
+    # must leave neither in flight.
+    code = (
+        "import asyncio\n"
+        "first = await record(key='r1')\n"
+        "both = await asyncio.gather(record(key='r2'), transfer(key='t1'), "
+        "return_exceptions=True)\n"
+        "first, [str(item)[:20] for item in both]\n"
+    )
+    await hosts.kill_when("entered-t1", code, 30)
+
+    async with _runtime(hosts) as rt:
+        result = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert result is not None and result.status == "ok", result and result.text
+        fates = {
+            (record.tool, record.args_brief): (record.fate, record.cause)
+            for record in result.calls.records
+        }
+        assert fates == {
+            ("record", "key='r1'"): ("seen", None),
+            ("record", "key='r2'"): ("seen", None),
+            ("transfer", "key='t1'"): ("pending", "in_doubt"),
+        }, result.text
+        assert result.calls.made == 3
+        journaled = {call.args_brief: call.fate for call in rt.journal.calls(result.script_id)}
+        assert journaled == {"key='r1'": "seen", "key='r2'": "seen", "key='t1'": "pending"}
+
+
+@pytest.mark.timeout(90)
+async def test_a_call_in_flight_when_the_keeper_stopped_the_script_is_in_its_recovered_result(
+    hosts: Hosts,
+) -> None:
+    # The script's time limit passes while no host is attached: the keeper stops it, and the
+    # call it was waiting on, made under the killed host, is reported by the next.
+    stopped = hosts.shared / "stopped"
+    code = f"try:\n    await transfer(key='t1')\nfinally:\n    open({str(stopped)!r}, 'w')\n"
+    await hosts.kill_when("entered-t1", code, 1.0)
+    await wait_for_file(stopped, WAIT)
+
+    async with _runtime(hosts) as rt:
+        result = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert result is not None and result.status == "time_limit", result and result.text
+        [record] = result.calls.records
+        assert (record.tool, record.fate) == ("transfer", "pending"), result.text
+        assert [call.call_id for call in rt.journal.uncertain()] == [record.id]
+    assert len(count(hosts.shared, "effects", "transfer", "t1")) == 1
 
 
 @pytest.mark.timeout(90)

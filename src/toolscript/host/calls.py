@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..kernel.brief import brief
-from .journal import AnswerRow, FateRow, Journal, StartRow
+from .journal import AnswerRow, FateRow, Journal, JournalCall, StartRow
 
 MAX_RECORDS = 1000
 """How many calls one result lists one by one; the rest are counted by tool."""
@@ -280,6 +280,43 @@ class CallLedger:
             todo.append((n, call, args))
         self._journal.record_calls(starts)
         return todo
+
+    # Goal: a script taken back from a keeper gets a report of every call it made, whatever
+    # host saw each, and every such call its fate. What fails: reporting only what this host
+    # saw (the calls the kernel still holds, and those made after): the calls answered by a
+    # host that is gone were missing from the result, and those whose fate the kernel had
+    # not yet given stayed in flight in the journal for good. What we do: the running
+    # script's calls the journal holds from before (`earlier`, all hosts) join its report:
+    # those with a fate, as they are; the others as this host's own open calls, settled by
+    # the kernel's word or by the script's end, as any call.
+    def adopt(self, earlier: Iterable[JournalCall]) -> None:
+        """Join the running script's report with its calls made before this host took its
+        kernel back, except those the kernel holds (answered through `recovered`)."""
+        tally = self._tally
+        if tally is None:
+            return
+        for record in earlier:
+            _, _, number = record.call_id.rpartition(".")
+            n = int(number) if number.isdigit() else None
+            if n is None or n in self._calls:
+                continue
+            call = _Call(
+                record.call_id, record.tool, record.args_brief, self._script, record.made_at
+            )
+            call.answered_at = record.answered_at
+            call.answer_sent = record.answered_at is not None
+            call.answer_brief = record.answer_brief
+            call.is_error = bool(record.is_error)
+            call.refused = record.fate == "refused"
+            tally.made += 1
+            if record.fate is not None:
+                tally.fold(call, record.fate, record.cause)
+            else:
+                if record.cause is not None:  # answered by its host, not its tool (`in_doubt`)
+                    call.host_cause = record.cause
+                    call.answer_sent = True
+                self._calls[n] = call
+                tally.open[n] = call
 
     def tool_of(self, n: int) -> str:
         """The tool that call `n` is for, while the ledger holds the call."""

@@ -318,11 +318,12 @@ class Interpreter:
         await self._channel.connect(host_end)
         self.runs = 1  # it has run before: no start marker is owed to a first script
         self.rebind_due = True
+        script_id = running.script_id if running is not None else None
         if forked.status.done():
             # It ended while no host was attached: nothing waits for an answer.
             self._channel.taking_back = False
+            self._adopt_earlier(script_id, set())
             return
-        script_id = running.script_id if running is not None else None
         self._taken_back = self._channel.ask_held(lambda holding: self._recover(holding, script_id))
 
     def _recover(self, holding: wire.Message, script_id: str | None) -> None:
@@ -331,7 +332,9 @@ class Interpreter:
         end was not in the channel."""
         frames = [call for call in holding.get("calls", []) if isinstance(call, dict)]
         prefix = self.ledger.prefix
-        journaled = self._journal.take_over_calls(f"{prefix}.{call.get('n')}" for call in frames)
+        held = {f"{prefix}.{call.get('n')}" for call in frames}
+        journaled = self._journal.take_over_calls(held)
+        self._adopt_earlier(script_id, held)
         self._calls.recover(frames, journaled, remembered=self._journal.path is not None)
         waiting = self._channel.done
         if (
@@ -342,6 +345,21 @@ class Interpreter:
             and holding.get("running") != script_id
         ):
             self._settle_lost_end(script_id, holding.get("done"), waiting)
+
+    def _adopt_earlier(self, script_id: str | None, held: set[str]) -> None:
+        """Join the running script's report with the calls it made before this host took it
+        back that the kernel does not hold (`held`): see `CallLedger.adopt`. Those the
+        journal has not settled become this host's to settle."""
+        if script_id is None:
+            return
+        start = f"{self.ledger.prefix}."
+        earlier = [
+            call
+            for call in self._journal.calls(script_id=script_id)
+            if call.call_id.startswith(start) and call.call_id not in held
+        ]
+        self._journal.take_over_calls(call.call_id for call in earlier if call.fate is None)
+        self.ledger.adopt(earlier)
 
     def _settle_lost_end(
         self, script_id: str, last: object, done: asyncio.Future[wire.DoneFrame]
