@@ -97,6 +97,23 @@ async def test_a_tools_call_used_as_its_answer_without_await_is_a_finding(tmp_pa
 
 
 @pytest.mark.timeout(60)
+async def test_a_server_that_did_not_start_is_no_unknown_server_and_is_offered_when_misspelled(
+    tmp_path: Path,
+) -> None:
+    catalogue = ToolCatalogue(specs(), None, {"github": "it exited at once"})
+    code = (
+        "print(await tools.github.list_repos())\n"  # the run says the server did not start
+        "print(await gihub.list_repos())\n"
+        "await add_note(text='a')\n"
+    )
+    outcome = await ScriptChecker(tmp_path).check(catalogue, code, frozenset(), None)
+    assert outcome.ran and outcome.failure is None
+    assert [str(finding) for finding in outcome.findings] == [
+        "<script>:2: `gihub` is not defined: did you mean `github` (a server that did not start)?"
+    ]
+
+
+@pytest.mark.timeout(60)
 async def test_a_typeddict_of_the_scripts_own_is_not_the_catalogues(tmp_path: Path) -> None:
     code = (
         "from typing import TypedDict\n"

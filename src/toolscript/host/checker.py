@@ -98,7 +98,9 @@ class ScriptChecker:
         if self._checked is None or self._checked_of is not catalogue:
             from ..tools.check import CheckedCatalogue
 
-            self._checked = CheckedCatalogue(catalogue.plans, catalogue.prompt())
+            self._checked = CheckedCatalogue(
+                catalogue.plans, catalogue.prompt(), catalogue.down_messages
+            )
             self._checked_of = catalogue
         return self._checked
 

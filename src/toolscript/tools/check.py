@@ -118,7 +118,9 @@ class CheckedCatalogue:
     """What the check needs of one catalogue: its stubs as the module `tools`, and the names
     of its tools, servers, parameters and `TypedDict`s."""
 
-    def __init__(self, plans: list[dict[str, Any]], prompt: str) -> None:
+    def __init__(self, plans: list[dict[str, Any]], prompt: str, down: Iterable[str] = ()) -> None:
+        self.down = frozenset(down)
+        """The spellings of servers that did not start (a run that uses one says why)."""
         self.top_level: dict[str, dict[str, Any]] = {}
         self.servers: dict[str, dict[str, dict[str, Any]]] = {}
         for plan in plans:
@@ -135,7 +137,7 @@ class CheckedCatalogue:
             + "\n\n\nclass ToolError(Exception): ...\n\n\nclass ToolTimeout(TimeoutError): ...\n"
         )
         """The text of `tools.pyi`: what `rt.prompt()` shows, and the kernel's exceptions."""
-        self._words = frozenset({*self.top_level, *self.servers, "tools"})
+        self._words = frozenset({*self.top_level, *self.servers, *self.down, "tools"})
 
     def names_tools(self, code: str) -> bool:
         """The cheap test: whether `code` awaits anything, names a tool or server, or calls
@@ -339,12 +341,15 @@ class CheckedScript:
             *catalogue.top_level,
             *catalogue.servers,
             *(f"{server}.{tool}" for server, tools in catalogue.servers.items() for tool in tools),
+            *catalogue.down,
         ]
         by_last = {candidate.rsplit(".", 1)[-1]: candidate for candidate in candidates}
         close = difflib.get_close_matches(name, list(by_last), n=1, cutoff=0.75)
         if not close:
             return None
-        return f"`{name}` is not defined: did you mean `{by_last[close[0]]}`?"
+        meant = by_last[close[0]]
+        down = " (a server that did not start)" if meant in catalogue.down else ""
+        return f"`{name}` is not defined: did you mean `{meant}`{down}?"
 
     def _unknown_attribute(self, line: int, column: int, ticked: list[str]) -> str | None:
         if not ticked:
@@ -359,8 +364,8 @@ class CheckedScript:
                 node.attr, tools, "its tools are", prefix=f"{server}."
             )
         if isinstance(node.value, ast.Name) and node.value.id == "tools":
-            if "tools" in self._shadowed:
-                return None
+            if "tools" in self._shadowed or node.attr in self._catalogue.down:
+                return None  # a server that did not start: the run says so, and why
             names = [*self._catalogue.top_level, *self._catalogue.servers]
             return f"`tools` has no tool or server `{node.attr}`" + _did_you_mean(
                 node.attr, names, "it has", prefix="tools."
