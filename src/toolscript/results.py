@@ -539,6 +539,10 @@ def result_from(
     )
 
 
+CLOSING = "the runtime was closed"
+"""The stop reason of a script whose shell or runtime closes: its interpreter closes too."""
+
+
 def _stop_words(
     reason: str | None, limit: float, settings: Settings, *, killed: bool, one_off: bool = False
 ) -> str:
@@ -565,6 +569,12 @@ def _stop_words(
             f"{first} It did not stop within {settings.grace:g} s of the interrupt, so the "
             "interpreter was killed: its variables, imports and tasks are gone, and the next "
             f"run starts a fresh interpreter.{more}"
+        )
+    if reason == CLOSING:
+        # Its interpreter closes with the runtime (or the shell): nothing of it is kept.
+        return (
+            f"{first} It was interrupted and stopped within the grace period, and the "
+            "interpreter closed then: its variables are gone."
         )
     return (
         f"{first} It was interrupted and stopped within the grace period; the interpreter "

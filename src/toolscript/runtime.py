@@ -37,7 +37,7 @@ from .host.sandbox import LEVEL_NONE, Sandbox, SandboxError
 from .host.sandbox import Mount as SandboxMount
 from .host.sandbox import prepare as prepare_sandbox
 from .host.template import Template, TemplateError
-from .results import ScriptResult
+from .results import CLOSING, ScriptResult
 from .shell import Shell, ShellServices
 from .tools.prompt import call_name, matching_plans, summary
 from .tools.python import as_spec
@@ -445,7 +445,7 @@ class Runtime:
             return
         self._closed = True
         await asyncio.gather(
-            self._background.cancel_all("the runtime was closed"),
+            self._background.cancel_all(CLOSING),
             *(shell.close() for shell in self._shells.values()),
             return_exceptions=True,
         )

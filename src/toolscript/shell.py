@@ -30,6 +30,7 @@ from .host.interpreter import (
 from .host.journal import Journal
 from .host.pool import CapReached, InterpreterPool
 from .results import (
+    CLOSING,
     ScriptResult,
     broken_reset_words,
     render_output,
@@ -417,7 +418,7 @@ class Shell:
         """
         interpreter = self._interpreter
         if interpreter is not None and self._running is not None:
-            await interpreter.stop("the runtime was closed", self._services.settings.grace)
+            await interpreter.stop(CLOSING, self._services.settings.grace)
             if self._ended is not None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._ended.wait(), OUTPUT_END_WAIT + SHUTDOWN_WAIT)

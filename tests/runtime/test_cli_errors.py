@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from toolscript import __file__ as PACKAGE
+from toolscript.config import Settings
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -150,6 +151,12 @@ def test_help_shows_defaults_and_plain_argument_names(folder: Path) -> None:
     assert "(default: auto)" in exec_help.stdout
     assert "--mcp-config FILE" in exec_help.stdout and "SCRIPT" in exec_help.stdout
     assert "(default: 50)" in agent_help.stdout and "--model PROVIDER:MODEL" in agent_help.stdout
+    # Each default as it is: the time limit's is the runtime's, and `--no-images` (whose
+    # value is False when given) says no default that reads as "no images".
+    flat = " ".join(exec_help.stdout.split())
+    assert f"(default: {Settings().default_time_limit:g}," in flat
+    images = " ".join(agent_help.stdout.split("--no-images", 2)[2].split("--json")[0].split())
+    assert "default" not in images, images
 
 
 def test_no_command_shows_the_commands_and_exits_2(folder: Path) -> None:

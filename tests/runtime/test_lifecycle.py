@@ -119,6 +119,7 @@ async def test_closing_the_runtime_while_a_script_blocks_is_bounded_and_answers_
     assert time.monotonic() - started < 5
     assert result.status == "cancelled", result.text
     assert "the runtime was closed" in result.note
+    assert "its variables are gone" in result.note and "kept" not in result.note
     assert is_gone(pid)
 
 

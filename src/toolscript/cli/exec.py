@@ -18,7 +18,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     options.add_tools(parser)
     options.add_mcp_config(parser)
     parser.add_argument(
-        "--time-limit", type=float, metavar="SECONDS", help="Seconds before the script is stopped."
+        "--time-limit",
+        type=float,
+        metavar="SECONDS",
+        help="Seconds before the script is stopped (default: 30, the runtime's "
+        "default_time_limit).",
     )
     options.add_json(parser)
     options.add_journal(parser)

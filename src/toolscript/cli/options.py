@@ -41,10 +41,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         default = action.default
         if (
             "%(default)" in text
+            or "(default" in text
             or default is None
             or default is False
             or default == []
             or default is argparse.SUPPRESS
+            or isinstance(action, argparse._StoreFalseAction)  # "--no-x": its default is x on
         ):
             return text
         return f"{text} (default: {default})"
