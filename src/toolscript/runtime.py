@@ -141,7 +141,14 @@ class Runtime:
             reattach_window=reattach_window,
         )
         """The knobs this runtime was made with."""
-        self._tool_specs = [as_spec(item) for item in tools]
+        if isinstance(tools, str | bytes) or not isinstance(tools, Iterable):
+            raise TypeError(
+                f"tools must be a list of tools, not {type(tools).__name__}: "
+                "Runtime(tools=[my_tool]), even for one"
+            )
+        # The same tool given twice is one tool (two tools of one name: the second is not
+        # bound, and each run's note says so).
+        self._tool_specs = list({id(spec): spec for spec in map(as_spec, tools)}.values())
         self._mcp_config = mcp_config
         self._busy: LoopPoll | None = None
         self.template_failure: str | None = None

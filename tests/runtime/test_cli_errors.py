@@ -99,6 +99,11 @@ def test_a_bad_tool_reference_a_missing_mount_and_a_bad_time_limit_are_one_line(
         "does not exist",
     )
     assert_one_line(
+        toolscript("exec", "script.py", "--mount", f"{folder}:rx", cwd=folder),
+        "--mount",
+        "'rx' is not 'ro' or 'rw'",
+    )
+    assert_one_line(
         toolscript("exec", "script.py", "--time-limit", "-1", cwd=folder), "--time-limit"
     )
     assert_one_line(toolscript("calls", "--limit", "0", cwd=folder), "--limit")
@@ -136,6 +141,13 @@ def test_the_agent_without_its_api_key_names_the_variable(folder: Path) -> None:
     assert_one_line(done, "ANTHROPIC_API_KEY is not set")
     done = toolscript("agent", "hi", "--model", "openai:m", cwd=folder, env=env)
     assert_one_line(done, "OPENAI_API_KEY is not set")
+
+
+def test_the_agent_without_a_task_says_to_give_one(folder: Path) -> None:
+    env = {**os.environ, "ANTHROPIC_API_KEY": "k"}
+    done = toolscript("agent", "--model", "anthropic:m", cwd=folder, env=env)
+    line = assert_one_line(done, "give a TASK")
+    assert "not both" not in line
 
 
 def test_the_agent_with_a_model_of_no_provider_is_one_line(folder: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MakeRuntime, wait_for_file
-from toolscript import Runtime
+from toolscript import Runtime, tool
 
 
 @pytest.mark.timeout(20)
@@ -278,3 +278,22 @@ def test_an_env_that_is_not_strings_is_refused_when_the_runtime_is_made() -> Non
     for env in ({"A": 1}, {1: "a"}, {"A=B": "c"}, {"A": "b\0"}):
         with pytest.raises(ValueError, match="env"):
             Runtime(env=env)  # type: ignore[dict-item]
+
+
+@tool
+async def doubled(x: int) -> int:
+    """Twice x."""
+    return 2 * x
+
+
+def test_tools_that_are_not_a_list_are_refused_saying_how_to_give_one() -> None:
+    with pytest.raises(TypeError, match=r"Runtime\(tools=\[my_tool\]\)"):
+        Runtime(tools=doubled)  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(30)
+async def test_the_same_tool_given_twice_is_one_tool(make_runtime: MakeRuntime) -> None:
+    runtime = await make_runtime(tools=[doubled, doubled])
+    result = await runtime.run("await doubled(x=2)")
+    assert (result.status, result.value, result.note) == ("ok", "4", ""), result.text
+    assert "could not be bound" not in runtime.prompt()

@@ -195,7 +195,9 @@ def agent_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    if (args.task is None) == (args.resume is None):
+    if args.task is None and args.resume is None:
+        raise UsageError("give a TASK, or --resume TURN_ID to go on with a turn")
+    if args.task is not None and args.resume is not None:
         raise UsageError("give a TASK, or --resume TURN_ID, not both")
     model, base_url, as_json, journal = args.model, args.base_url, args.as_json, args.journal
     check_provider(model, base_url)

@@ -191,6 +191,11 @@ def sandbox_knobs(args: argparse.Namespace) -> dict[str, Any]:
         rest = text[: -len(":rw")] if writable else text.removesuffix(":ro")
         host, _, target = rest.partition(":/")
         if not os.path.exists(host):
+            base, colon, mode = host.rpartition(":")
+            if colon and os.path.exists(base):
+                raise UsageError(
+                    f"--mount: {text}: {mode!r} is not 'ro' or 'rw' (HOST[:/PATH][:rw])"
+                )
             raise UsageError(f"--mount: {host} does not exist")
         mode = "rw" if writable else "ro"
         parsed[host] = f"/{target}:{mode}" if target else mode
