@@ -108,6 +108,28 @@ async def test_show_refuses_what_is_no_image_with_a_type_error(make_runtime: Mak
     assert "images:" not in result.text
 
 
+async def test_an_image_block_as_a_structured_result_gives_it_can_be_shown(
+    make_runtime: MakeRuntime,
+) -> None:
+    # A tool with an output schema (the filesystem server's read_media_file) gives its image
+    # as a dict with base64 data, alone or in the result's `content`.
+    rt = await make_runtime()
+    result = await rt.run(
+        "import base64\n"
+        f"data = base64.b64encode({PNG_BYTES}).decode()\n"
+        "block = {'type': 'image', 'data': data, 'mimeType': 'image/png'}\n"
+        "show(block)\n"
+        "show({'content': [{'type': 'text', 'text': 'a picture'}, block]})\n"
+        "try:\n"
+        "    show({'type': 'image', 'data': 'not base64!', 'mimeType': 'image/png'})\n"
+        "except TypeError as error:\n"
+        "    print(error)\n"
+    )
+    assert result.status == "ok", result.text
+    assert [image.mime_type for image in result.images] == ["image/png", "image/png"]
+    assert "not base64" in result.stdout
+
+
 async def test_a_background_script_carries_its_images(make_runtime: MakeRuntime) -> None:
     rt = await make_runtime()
     handle = await rt.shell("main").start(f"show({PNG_BYTES})")

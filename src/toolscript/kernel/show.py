@@ -11,6 +11,7 @@ object pays nothing for them, and an interpreter without them works the same.
 from __future__ import annotations
 
 import base64
+import binascii
 import io
 import types
 from collections.abc import Callable
@@ -59,9 +60,12 @@ def make_show(post: Callable[[bytes], None], script_id: Callable[[], str | None]
 
 
 def images_of(obj: Any) -> list[tuple[str, bytes]]:
-    """The images of what `show` was given: one, or the images among a tool's content blocks."""
+    """The images of what `show` was given: one, or the images among a tool's content blocks
+    (a list of them, or a structured result that holds them as `content`)."""
+    if type(obj) is dict and isinstance(obj.get("content"), list) and "type" not in obj:
+        obj = obj["content"]
     if isinstance(obj, list | tuple):
-        found = [image_of(item) for item in obj if isinstance(item, Image)]
+        found = [image_of(item) for item in obj if isinstance(item, Image) or _is_block(item)]
         if not found:
             raise TypeError(f"show() got a {type(obj).__name__} with no image; it takes {_WHAT}")
         return found
@@ -74,6 +78,15 @@ def image_of(obj: Any) -> tuple[str, bytes]:
         if sniff(obj.data) is None:
             raise TypeError(f"show(): the tool's {obj.mime_type} image cannot be shown")
         return str(sniff(obj.data)), obj.data
+    if _is_block(obj):
+        # An MCP image block as a tool with an output schema gives it: a dict, base64 data.
+        try:
+            data = base64.b64decode(obj["data"], validate=True)
+        except (binascii.Error, ValueError):
+            raise TypeError("show(): the image block's data is not base64") from None
+        if sniff(data) is None:
+            raise TypeError(f"show(): the tool's {obj.get('mimeType')} image cannot be shown")
+        return str(sniff(data)), data
     if isinstance(obj, bytes | bytearray | memoryview):
         data = bytes(obj)
         mime_type = sniff(data)
@@ -88,6 +101,12 @@ def image_of(obj: Any) -> tuple[str, bytes]:
     if type(obj).__module__.startswith("PIL.") and callable(getattr(obj, "save", None)):
         return "image/png", _pil_png(obj)
     raise TypeError(f"show() takes {_WHAT}, not {type(obj).__name__}")
+
+
+def _is_block(obj: Any) -> bool:
+    """Whether `obj` is an MCP image content block as a dict (`{"type": "image", "data":
+    <base64>, "mimeType": ...}`)."""
+    return type(obj) is dict and obj.get("type") == "image" and isinstance(obj.get("data"), str)
 
 
 def sniff(data: bytes) -> str | None:
