@@ -7,6 +7,7 @@ import contextvars
 import datetime
 import inspect
 import threading
+import typing
 from typing import Any, Literal
 
 import jsonschema
@@ -268,3 +269,29 @@ async def test_a_call_context_parameter_is_filled_by_the_host_and_is_not_an_argu
     context.run(current_call.set, ("ab12-3.7", "main:5f", True))  # as the dispatcher does
     outcome = await asyncio.create_task(store.handle({"key": "k"}), context=context)
     assert outcome == ToolOutcome(value="k main:5f.7 True")
+
+
+class Reading(typing.TypedDict):
+    value: float
+    unit: Literal["C", "F"]
+
+
+class Station(typing.TypedDict, total=False):
+    name: str
+    readings: list[Reading]
+
+
+@tool
+async def station(code: str) -> Station | None:
+    """A weather station."""
+    return {"name": code, "readings": [{"value": 1.0, "unit": "C"}]}
+
+
+def test_a_return_typed_with_typing_typeddict_gives_its_keys_even_before_python_3_12() -> None:
+    # pydantic takes only typing_extensions' TypedDict before 3.12; the natural import on
+    # 3.11 is typing's, and the stub said `Any` for it, with no word why.
+    assert station.spec.output_schema is not None
+    prompt = render_prompt([plan_for(station.spec)])
+    assert "-> Station | None:" in prompt, prompt
+    assert "class Reading(TypedDict):" in prompt and "unit: Literal['C', 'F']" in prompt
+    assert "name: NotRequired[str]" in prompt and "readings: NotRequired[list[Reading]]" in prompt

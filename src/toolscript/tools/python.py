@@ -30,9 +30,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import sys
+import types
 import typing
+import warnings
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
+
+import typing_extensions
 
 from toolscript.tools.spec import (
     CallContext,
@@ -252,12 +257,61 @@ def _output_schema(annotation: object) -> dict[str, Any] | None:
     try:
         from pydantic import TypeAdapter
 
-        schema: dict[str, Any] = TypeAdapter(cast(Any, annotation)).json_schema(
+        schema: dict[str, Any] = TypeAdapter(cast(Any, _pydantic_ready(annotation))).json_schema(
             mode="serialization"
         )
-    except Exception:
+    except Exception as error:
+        warnings.warn(
+            f"the return annotation {annotation!r} gives no schema ({_message(error)}): the "
+            "tool's stub says it returns Any",
+            stacklevel=4,
+        )
         return None
     return schema
+
+
+# Goal: `-> Weather` with `class Weather(typing.TypedDict)`, the natural way to write it on
+# Python 3.11, gives the stub its keys. What fails: pydantic, which refuses
+# `typing.TypedDict` before Python 3.12, so the stub said `Any` with no word why. What we
+# do: rebuild such a class (and any inside the annotation) as `typing_extensions.TypedDict`,
+# with the same keys, required or not, for the schema alone.
+def _pydantic_ready(annotation: Any) -> Any:
+    """`annotation` with every `typing.TypedDict` in it rebuilt as `typing_extensions`'."""
+    if sys.version_info >= (3, 12):
+        return annotation
+    if typing.is_typeddict(annotation) and type(annotation).__module__ == "typing":
+        return _rebuilt_typeddict(annotation)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is None or not args:
+        return annotation
+    ready = tuple(_pydantic_ready(arg) for arg in args)
+    if ready == args:
+        return annotation
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[ready]  # noqa: UP007 (a tuple of types, built at run time)
+    if origin is typing.Annotated:
+        return typing.Annotated[ready]
+    try:
+        return annotation.copy_with(ready) if hasattr(annotation, "copy_with") else origin[ready]
+    except TypeError:
+        return annotation
+
+
+@functools.lru_cache(maxsize=256)
+def _rebuilt_typeddict(cls: Any) -> Any:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    required = getattr(cls, "__required_keys__", frozenset(hints))
+    fields = {
+        name: _pydantic_ready(hint)
+        if name in required
+        else typing_extensions.NotRequired[_pydantic_ready(hint)]
+        for name, hint in hints.items()
+    }
+    make: Any = typing_extensions.TypedDict
+    rebuilt = make(cls.__name__, fields)
+    rebuilt.__doc__ = cls.__doc__
+    rebuilt.__module__ = cls.__module__
+    return rebuilt
 
 
 def _message(error: BaseException, with_type: bool = True) -> str:
