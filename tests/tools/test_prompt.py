@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolscript.tools.binding import plans_for
-from toolscript.tools.prompt import _docstring, render_prompt
+from toolscript.tools.prompt import _docstring, matching_plans, render_prompt
 from toolscript.tools.spec import ToolOutcome, ToolSpec
 
 
@@ -121,3 +121,13 @@ def test_any_description_and_names_give_a_catalogue_that_compiles(
         server=name or None,
     )
     compiled(render_prompt(plans_for([tool])))
+
+
+def test_finding_tools_matches_their_own_words_not_the_stubs_boilerplate() -> None:
+    plans = plans_for(SPECS)
+    # Every stub says "Seconds to wait for the answer, then ToolTimeout" of its `timeout`:
+    # a word of that matches no tool.
+    for word in ("seconds", "toolTimeout", "wait", "answer", "effect"):
+        assert matching_plans(plans, word) == [], word
+    assert [plan["function"] for plan in matching_plans(plans, "labels")] == ["create_issue"]
+    assert [plan["function"] for plan in matching_plans(plans, "does now")] == ["now"]

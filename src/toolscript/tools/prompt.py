@@ -44,7 +44,7 @@ def matching_plans(plans: list[dict[str, Any]], matching: str) -> list[dict[str,
         fields = [
             (3, f"{plan.get('name')} {plan.get('function')}".lower()),
             (2, f"{plan.get('server') or ''} {plan.get('namespace') or ''}".lower()),
-            (1, str(plan.get("doc") or "").lower()),
+            (1, _own_words(plan)),
         ]
         score = 0
         for word in words:
@@ -56,6 +56,19 @@ def matching_plans(plans: list[dict[str, Any]], matching: str) -> list[dict[str,
         else:
             scored.append((-score, index, plan))
     return [plan for _, _, plan in sorted(scored, key=lambda item: item[:2])]
+
+
+def _own_words(plan: dict[str, Any]) -> str:
+    """The tool's own description and its parameters' names and descriptions, lowercased:
+    not the words toolscript adds to every stub (the `timeout` parameter's, the return's),
+    which would match every tool."""
+    own = str(plan.get("doc") or "").split("\n\nArgs:", 1)[0]
+    parameters = " ".join(
+        f"{parameter.get('spelling', '')} {parameter.get('description', '')}"
+        for parameter in plan.get("parameters") or ()
+        if isinstance(parameter, dict)
+    )
+    return f"{own} {parameters}".lower()
 
 
 def _stem(word: str) -> str:
