@@ -14,8 +14,10 @@ import contextlib
 import fcntl
 import itertools
 import json
+import math
 import mmap
 import os
+import re
 import socket
 import sys
 from collections.abc import Sequence
@@ -102,14 +104,31 @@ class Held:
         if not isinstance(script_id, str):
             return None
         stop = self.meta.get("keeper_stop")
+        marker = str(self.meta.get("marker", ""))
+        if not _MARKER.fullmatch(marker):
+            # A damaged board: a marker no output holds, so the script's output is not taken
+            # for its own; the rest goes on (the board is the keeper's memory, not a trust).
+            marker = "0" * 16
         return RunningScript(
             script_id=script_id,
-            marker=str(self.meta.get("marker", "")),
-            deadline=float(self.meta.get("deadline") or 0.0),
-            grace=float(self.meta.get("grace", grace)),
-            time_limit=float(self.meta.get("time_limit", 0.0)),
+            marker=marker,
+            deadline=_finite(self.meta.get("deadline"), 0.0),
+            grace=_finite(self.meta.get("grace"), grace),
+            time_limit=_finite(self.meta.get("time_limit"), 0.0),
             keeper_stop=stop if isinstance(stop, str) else None,
         )
+
+
+_MARKER = re.compile(r"[0-9A-Za-z_-]{1,32}")
+
+
+def _finite(value: object, default: float) -> float:
+    """`value` as a finite number of seconds, or `default`."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return default
+    return number if math.isfinite(number) and number >= 0 else default
 
 
 class Keeper:
