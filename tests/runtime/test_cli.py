@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import toolscript
+from tests.conftest import wait_for_file
 
 SOURCE = str(Path(toolscript.__file__).resolve().parents[1])
 """The folder the toolscript under test is imported from, for the commands these tests start
@@ -81,3 +84,41 @@ def test_exec_of_a_missing_script_fails_saying_so(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert "absent.py" in done.stderr
+
+
+@pytest.mark.timeout(60)
+async def test_ctrl_c_stops_exec_and_says_which_calls_may_still_take_effect(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "slow_tools.py").write_text(
+        "import asyncio\nfrom toolscript import tool\n"
+        "@tool\nasync def slow(n: int) -> int:\n    'Sleep n seconds.'\n"
+        "    await asyncio.sleep(n)\n    return n\n"
+    )
+    started = tmp_path / "started"
+    script = tmp_path / "script.py"
+    script.write_text(
+        f"import asyncio\nasyncio.get_running_loop().call_soon(open, {str(started)!r}, 'w')\n"
+        "await slow(n=50)\n"
+    )
+    env = environment(tmp_path)
+    env["PYTHONPATH"] = f"{SOURCE}{os.pathsep}{tmp_path}"
+    process = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "toolscript.cli", "exec", str(script)],
+        *["--tools", "slow_tools:slow"],
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        await wait_for_file(started, 30)
+        process.send_signal(signal.SIGINT)
+        out, err = (part.decode() for part in await asyncio.wait_for(process.communicate(), 30))
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 130, out + err
+    assert out.startswith("exit 130 · cancelled"), out + err
+    assert "Stopped by SIGINT" in out and "- slow(n=50)" in out, out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -83,9 +84,23 @@ def exec_command(args: argparse.Namespace) -> int:
             # A shell of its own: a call an earlier `exec` left in doubt is that process's
             # to report (`toolscript calls --uncertain`), not this unrelated script's.
             shell = rt.shell(f"exec-{os.getpid()}-{secrets.token_hex(3)}")
-            return await shell.run(code, time_limit=args.time_limit)
+            run = asyncio.ensure_future(shell.run(code, time_limit=args.time_limit))
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, _stop, run, signum)
+            try:
+                return await run
+            except asyncio.CancelledError:
+                if not _stopped_by:
+                    raise
+                # Stopped (its end journaled): say what the script did, as far as it got.
+                return _interrupted(rt, shell.name, _stopped_by[0])
 
     result = asyncio.run(main())
+    if isinstance(result, str):
+        sys.stdout.write(result)
+        sys.stdout.flush()
+        return 128 + _stopped_by[0]
     if args.as_json:
         import json
 
@@ -94,6 +109,40 @@ def exec_command(args: argparse.Namespace) -> int:
         sys.stdout.write(result.text)
     sys.stdout.flush()
     return int(result.exit_code)
+
+
+_stopped_by: list[int] = []
+"""The signal that stopped the run, once one has."""
+
+
+def _stop(run: Any, signum: int) -> None:
+    """Ctrl-C (or SIGTERM): stop the script as a cancel does (interrupt, then a kill after
+    the grace period); a second one does not wait for the grace."""
+    if _stopped_by:
+        raise SystemExit(128 + signum)
+    _stopped_by.append(signum)
+    run.cancel()
+
+
+def _interrupted(rt: Any, shell: str, signum: int) -> str:
+    """What a model would read of a script stopped by a signal: its calls as the journal
+    has them, those whose effect may still come first."""
+    name = signal.Signals(signum).name
+    lines = [
+        f"exit {128 + signum} · cancelled",
+        "",
+        f"Stopped by {name}: the script was interrupted.",
+    ]
+    scripts = rt.journal.scripts(shell=shell)
+    calls = rt.journal.calls(script_id=scripts[-1].script_id) if scripts else []
+    if calls:
+        doubtful = [call for call in calls if call.uncertain or call.fate in (None, "pending")]
+        lines += [
+            "",
+            f"calls: {len(calls)} made, {len(doubtful)} with no answer (they may still take effect)",
+        ]
+        lines += [f"- {call.tool}({call.args_brief})" for call in doubtful]
+    return "\n".join(lines) + "\n"
 
 
 def _head_start(mounts: dict[str | Path, str], workdir: Path | None, network: bool) -> None:
