@@ -46,7 +46,9 @@ def exec_command(args: argparse.Namespace) -> int:
 
     The script works in the current folder (read-write), so `open("data.csv")` and a saved
     `plot.png` behave as you expect; everything else of the host it sees read-only, if at all.
-    Each run is a shell of its own. Exits 0 only when the script succeeded.
+    Each run is a shell of its own. Exits 0 only when the script succeeded. Ctrl-C stops the
+    script (a second one does not wait for it) and prints the calls that may still take
+    effect; the exit status is then 130.
     """
     code = sys.stdin.read() if args.script == "-" else _read_script(Path(args.script))
     if args.time_limit is not None and not 0 < args.time_limit < float("inf"):
