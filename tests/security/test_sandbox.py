@@ -250,7 +250,7 @@ async def test_the_machines_settings_in_proc_cannot_be_written(make_runtime: Mak
         "import os\n"
         "paths = ['/proc/sys/kernel/core_pattern', '/proc/sys/kernel/printk_ratelimit_burst',\n"
         "         '/proc/sys/vm/drop_caches', '/proc/sysrq-trigger',\n"
-        "         '/proc/irq/default_smp_affinity']\n"
+        "         '/proc/irq/default_smp_affinity', '/proc/pressure/cpu']\n"
         "opened = {}\n"
         "for path in paths:\n"
         "    try:\n"

@@ -55,7 +55,7 @@ __all__ = [
 # for the /proc they mount: these parts of it are read-only binds over themselves, which
 # the script cannot undo (no capability, and `mount`/`umount2` are refused by the seccomp
 # filter).
-PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "pressure")
 """The parts of the sandbox's /proc a script can read but not write."""
 
 
