@@ -136,6 +136,20 @@ async def test_the_keeper_socket_is_private_and_the_keeper_exits_with_the_runtim
 
 
 @pytest.mark.timeout(60)
+async def test_no_second_keeper_starts_while_one_lives_whose_socket_is_gone(
+    hosts: Hosts,
+) -> None:
+    # A second keeper on the folder would leave the first one's interpreters, and their
+    # shells' variables, out of reach with nothing said.
+    async with hosts.runtime() as rt:
+        assert (await rt.run("x = 1")).status == "ok"
+        (hosts.state_dir / "keeper.sock").unlink()
+        with pytest.raises(Exception, match=r"still runs, but its socket keeper\.sock is gone"):
+            await hosts.runtime().start()
+        assert len(hosts.keeper()) <= 1
+
+
+@pytest.mark.timeout(60)
 async def test_a_script_whose_end_the_dead_host_read_and_never_reported_is_not_killed(
     hosts: Hosts,
 ) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..kernel.keeper import BOARD, SLOT, SLOT_SIZE, SLOTS
+from ..kernel.keeper import ALIVE_NAME, BOARD, SLOT, SLOT_SIZE, SLOTS
 from .command import BOOTSTRAP, KERNEL_DIR, template_command
 from .pids import ended
 from .template import Forked, TemplateError, fail_waiting, read_messages, unsafe_threads
@@ -418,6 +418,21 @@ class Keeper:
         fail_waiting(self._waiting, "the keeper exited")
 
 
+def _keeper_alive(alive: Path) -> bool:
+    """Whether a keeper holds its lock on `alive` (it holds it for its whole life)."""
+    try:
+        descriptor = os.open(alive, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)  # and with it the lock, if we took it
+    return False
+
+
 def _connect(path: Path) -> socket.socket | None:
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -433,6 +448,15 @@ async def _start(
     path: Path, template: list[str], env: dict[str, str], window: float, timeout: float
 ) -> asyncio.subprocess.Process:
     config = {"template": template, "env": env, "reattach_window": window, "start_timeout": timeout}
+    if _keeper_alive(path.with_name(ALIVE_NAME)):
+        # Its socket is gone (removed by hand), the keeper is not: a second keeper would
+        # leave the first one's interpreters, and their shells' variables, out of reach.
+        raise KeeperError(
+            f"a keeper of {path.parent} still runs, but its socket {path.name} is gone, so "
+            "its interpreters cannot be reached; it exits once no host attaches within its "
+            "reattach window, or end it (its process has 'keeper' and this folder in its "
+            "command line)"
+        )
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # a keeper that died left it; we hold the lock
     log = path.with_name("keeper.log")

@@ -54,6 +54,7 @@ it (one file of the standard library, which the host starts as `toolscript_kerne
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import mmap
 import os
@@ -510,12 +511,24 @@ class Keeper:
             pass
 
 
+ALIVE_NAME = "keeper.alive"
+"""A file of the state folder every live keeper holds a shared lock on."""
+
+
 def main(argv: list[str]) -> None:
     """`keeper <socket path> <config JSON>`: start the template, say `ready` on stdout, serve."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     keeper = Keeper(argv[0], json.loads(argv[1]))
+    # Held (shared) for the keeper's whole life, so a host can tell that a keeper lives even
+    # when its socket is gone (`toolscript.host.keeper`), and never starts a second one.
+    alive = os.open(
+        os.path.join(os.path.dirname(argv[0]), ALIVE_NAME),
+        os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+        0o600,
+    )
+    fcntl.flock(alive, fcntl.LOCK_SH)
     try:
         keeper.start_template()
         keeper.listen()
