@@ -222,8 +222,9 @@ class CallTable:
                     )
                 elif too_many_containers(frame):
                     refused = (
-                        f"its arguments hold over {MAX_CONTAINERS:,} lists and dicts, more "
-                        "than one call may carry: pass them in parts"
+                        f"its arguments hold over {MAX_CONTAINERS:,} lists and dicts (in "
+                        "arguments over 4 MiB, `[` and `{` in text count too), more than one "
+                        "call may carry: pass them in parts"
                     )
             except (TypeError, ValueError, RecursionError, MemoryError) as error:
                 refused = f"its arguments cannot be sent as JSON ({type(error).__name__}: {error})"
