@@ -13,7 +13,7 @@ import pytest
 
 from toolscript import Runtime, tool
 from toolscript.kernel.binding import ServerTools, bind
-from toolscript.tools.binding import plans_for
+from toolscript.tools.binding import plans_for, why_spelled
 from toolscript.tools.prompt import render_prompt
 from toolscript.tools.spec import ToolOutcome, ToolSpec
 
@@ -101,3 +101,13 @@ async def test_a_tool_named_json_works_beside_import_json_in_one_script() -> Non
         )
     assert result.status == "ok", result.text
     assert result.value == '\'["«hi»", "«ho»"]\''
+
+
+def test_each_renaming_gives_its_own_reason() -> None:
+    assert why_spelled("__builtins__", "_builtins__") == (
+        "'__builtins__' starts with two underscores, as the names Python itself uses do"
+    )
+    assert (
+        why_spelled("get-forecast", "get_forecast") == "'get-forecast' is not a Python identifier"
+    )
+    assert "NFKC" in why_spelled("\ufb01le", "file")

@@ -350,6 +350,10 @@ def why_spelled(name: str, spelling: str) -> str:
         return f"{name!r} is a name the stubs use"
     if spell(name) == name:
         return f"{name!r} is taken by another binding"
+    if name.isidentifier() and name.startswith("__"):
+        return f"{name!r} starts with two underscores, as the names Python itself uses do"
+    if name.isidentifier():
+        return f"Python reads {name!r} as {unicodedata.normalize('NFKC', name)!r} (NFKC)"
     return f"{name!r} is not a Python identifier"
 
 
