@@ -315,9 +315,21 @@ def render_output(stdout: str, stderr: str, limit: int) -> str:
     ]
     shares = _share(limit, [len(body) for _, body in sections])
     return "\n\n".join(
-        f"{title}:\n{cut_head(body, share)}"
+        f"{title}:\n{_cut_output_head(body, share)}"
         for (title, body), share in zip(sections, shares, strict=True)
     )
+
+
+def _cut_output_head(body: str, limit: int) -> str:
+    """A stream's last lines as `cut_head` keeps them; where the capture's own cut mark falls
+    in what is cut, the mark states both cuts."""
+    found = _CAPTURE_CUT.search(body)
+    kept = cut_head(body, limit)
+    if found is None or kept == body or _CAPTURE_CUT.search(kept) is not None:
+        return kept
+    _, _, rest = kept.partition("\n")  # `… N characters cut …`, then the lines kept
+    more = len(body) - len(rest) - (found.end() - found.start())
+    return f"… {found.group(1)} bytes of output and {more:,} more characters cut …\n{rest}"
 
 
 def _share(room: int, sizes: list[int]) -> list[int]:

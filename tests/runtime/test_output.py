@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tests.conftest import MakeRuntime, wait_for_file
 from toolscript import Runtime
 from toolscript.host.output import StreamCapture
+from toolscript.results import render_output
 
 from .conftest import wait_for_file_holding_the_loop
 
@@ -252,3 +253,15 @@ async def test_the_text_states_all_that_was_cut_when_the_capture_cut_too(
     shown = result.text.split("stdout:\n", 1)[1].replace(mark, "").replace("\n", "")
     assert len(shown) + 290_009 + more == 300_008
     assert shown.startswith("HEAD") and shown.endswith("TAIL")
+
+
+def test_the_output_so_far_states_the_captures_cut_too() -> None:
+    # What `script_status` shows of a running script: its last lines; when the capture has
+    # cut the stream's middle already, the mark says so, not only the characters cut here.
+    head, tail = "HEAD" + "a" * 5_000, "line\n" * 1_000 + "TAIL"
+    shown = render_output(head + "\n… 290,009 bytes of output cut …\n" + tail, "", 1_000)
+    first = shown.splitlines()[1]
+    assert first.startswith("… 290,009 bytes of output and "), shown[:200]
+    more = int(first.split(" and ")[1].split()[0].replace(",", ""))
+    kept = shown.split("\n", 2)[2]
+    assert tail.endswith(kept) and len(head) + len(tail) == more + len(kept)
