@@ -67,6 +67,8 @@ def exec_command(args: argparse.Namespace) -> int:
     import os
     import secrets
 
+    stopped_by: list[int] = []  # the signal that stopped the run, once one has
+
     async def main() -> Any:
         from ..runtime import Runtime
 
@@ -89,20 +91,20 @@ def exec_command(args: argparse.Namespace) -> int:
             run = asyncio.ensure_future(shell.run(code, time_limit=args.time_limit))
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(signum, _stop, run, signum)
+                loop.add_signal_handler(signum, _stop, run, signum, stopped_by)
             try:
                 return await run
             except asyncio.CancelledError:
-                if not _stopped_by:
+                if not stopped_by:
                     raise
                 # Stopped (its end journaled): say what the script did, as far as it got.
-                return _interrupted(rt, shell.name, _stopped_by[0])
+                return _interrupted(rt, shell.name, stopped_by[0])
 
     result = asyncio.run(main())
     if isinstance(result, str):
         sys.stdout.write(result)
         sys.stdout.flush()
-        return 128 + _stopped_by[0]
+        return 128 + stopped_by[0]
     if args.as_json:
         import json
 
@@ -113,16 +115,13 @@ def exec_command(args: argparse.Namespace) -> int:
     return int(result.exit_code)
 
 
-_stopped_by: list[int] = []
-"""The signal that stopped the run, once one has."""
-
-
-def _stop(run: Any, signum: int) -> None:
+def _stop(run: Any, signum: int, stopped_by: list[int]) -> None:
     """Ctrl-C (or SIGTERM): stop the script as a cancel does (interrupt, then a kill after
-    the grace period); a second one does not wait for the grace."""
-    if _stopped_by:
+    the grace period), noting the signal in `stopped_by`; a second one does not wait for
+    the grace."""
+    if stopped_by:
         raise SystemExit(128 + signum)
-    _stopped_by.append(signum)
+    stopped_by.append(signum)
     run.cancel()
 
 

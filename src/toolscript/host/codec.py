@@ -32,7 +32,7 @@ def encode(message: wire.Frame) -> bytes:
 
 def decode_body(body: bytes) -> wire.Message:
     """Decode one frame's body; any failure is a `wire.FrameError`."""
-    if len(body) > _FEW_CONTAINERS and wire.too_many_containers(body):
+    if len(body) > wire.CONTAINERS_FROM and wire.too_many_containers(body):
         # Only a kernel the script has taken over sends one (the kernel refuses such a
         # call itself): decoded, it would cost the host memory and its loop's time.
         raise wire.FrameError(
@@ -53,7 +53,6 @@ def decode_body(body: bytes) -> wire.Message:
 
 
 _NO_VALUE = object()
-_FEW_CONTAINERS = 2 * wire.MAX_CONTAINERS
 _NINETEEN_DIGITS = b"0" * 19
 _DIGITS_AS_ZEROS = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
 

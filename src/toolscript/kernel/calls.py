@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from .brief import brief
 from .content import from_wire
 from .wire import (
+    CONTAINERS_FROM,
     LONGEST_FRAME,
     MAX_CONTAINERS,
     MAX_FRAME,
@@ -220,7 +221,7 @@ class CallTable:
                         f"its arguments were {len(frame) / 1e6:,.0f} MB as JSON, over the "
                         f"{MAX_FRAME >> 20} MiB limit of the interpreter's channel"
                     )
-                elif too_many_containers(frame):
+                elif len(frame) > CONTAINERS_FROM and too_many_containers(frame):
                     refused = (
                         f"its arguments hold over {MAX_CONTAINERS:,} lists and dicts (in "
                         "arguments over 4 MiB, `[` and `{` in text count too), more than one "

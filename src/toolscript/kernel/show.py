@@ -84,9 +84,10 @@ def image_of(obj: Any) -> tuple[str, bytes]:
             data = base64.b64decode(obj["data"], validate=True)
         except (binascii.Error, ValueError):
             raise TypeError("show(): the image block's data is not base64") from None
-        if sniff(data) is None:
+        mime_type = sniff(data)
+        if mime_type is None:
             raise TypeError(f"show(): the tool's {obj.get('mimeType')} image cannot be shown")
-        return str(sniff(data)), data
+        return mime_type, data
     if isinstance(obj, bytes | bytearray | memoryview):
         data = bytes(obj)
         mime_type = sniff(data)

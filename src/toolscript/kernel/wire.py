@@ -42,6 +42,10 @@ that reads it is bounded by its containers, not its bytes: an empty object is tw
 JSON and 64 of memory, so 64 MiB of them would cost the host 1.4 GiB and seconds of its
 event loop. `{` and `[` inside strings do not count, in a body of up to `PRECISE_UP_TO`."""
 
+CONTAINERS_FROM = 2 * MAX_CONTAINERS
+"""The shortest body that can hold more than `MAX_CONTAINERS` (a container takes two bytes
+at least): callers test the length first, so a call's frame costs a comparison, not a call."""
+
 BATCH = 64
 """Frames a burst may hold before a piece of it is written (the same on both sides)."""
 
