@@ -43,6 +43,9 @@ __all__ = [
     "Finding",
 ]
 
+_ON_A_VALUE = ("not-subscriptable", "not-iterable", "invalid-argument-type", "unsupported-operator")
+"""Rules about what a value is used for: kept only when the value is a tool's call not awaited."""
+
 RULES = (
     "unresolved-reference",
     "missing-attribute",
@@ -51,13 +54,10 @@ RULES = (
     "too-many-positional-arguments",
     "unused-awaitable",
     "invalid-typed-dict-key",
-    "not-subscriptable",
-    "not-iterable",
-    "invalid-argument-type",
-    "unsupported-operator",
+    *_ON_A_VALUE,
 )
 """The checker's rules whose diagnostics can be findings: the only ones that can concern a tool.
-(The last four only where a tool's call, not awaited, is used as its answer would be.)"""
+(Those of `_ON_A_VALUE` only where a tool's call, not awaited, is used as its answer.)"""
 
 RULES_ASKED = (*RULES, "invalid-explicit-return")
 """The rules turned on. A `return` with a value at the script's top level (a syntax error in
@@ -78,13 +78,7 @@ _DYNAMIC_NAMES = frozenset({"globals", "vars", "exec", "builtins", "__builtins__
 _TICKED = re.compile(r"`([^`]+)`")
 _KEY = re.compile(r'key "([^"]*)"')
 _COROUTINE = "`CoroutineType["
-_USED_AS_ANSWER = (
-    "missing-attribute",
-    "not-subscriptable",
-    "not-iterable",
-    "invalid-argument-type",
-    "unsupported-operator",
-)
+_USED_AS_ANSWER = ("missing-attribute", *_ON_A_VALUE)
 """Rules whose diagnostic on a coroutine means a tool's call used as its answer, not awaited."""
 _WORD = re.compile(r"[^\W\d]\w*")
 _HIDDEN_SYNTAX = re.compile(r"\b(?:yield|return)\b")
@@ -294,7 +288,7 @@ class CheckedScript:
                 f"`{name}(...)` is not awaited, so what is used here is a coroutine, not the "
                 f"tool's answer: `await {name}(...)`"
             )
-        if rule in _USED_AS_ANSWER[1:]:
+        if rule in _ON_A_VALUE:
             return None
         if rule == "unresolved-reference":
             return self._unknown_name(ticked[0]) if ticked else None
