@@ -549,6 +549,9 @@ class Runtime:
             assert self._services is not None
             shell = Shell(name, self._services)
             self._shells[name] = shell
+            if self.keep_interpreters and self._services.journal.ran_elsewhere(name):
+                # Not taken back at the start (`_reattach` takes a kept one back after this).
+                shell.not_kept()
         return shell
 
     async def run(self, code: str, *, time_limit: float | None = None) -> ScriptResult:

@@ -94,6 +94,7 @@ class Shell:
         generation; with the script it was `running`, which this shell then follows to its
         end (`recovered()`)."""
         self._interpreter = interpreter
+        self._reset_reason = None  # it is the interpreter the shell had
         self.generation = interpreter.generation
         if running is None:
             self._arm_idle_timer()
@@ -101,6 +102,15 @@ class Shell:
         self._running = running.script_id
         self._ended = asyncio.Event()
         self._recovered = asyncio.get_running_loop().create_task(self._follow(interpreter, running))
+
+    def not_kept(self) -> None:
+        """This shell ran in a host that is gone, and no keeper held its interpreter for
+        this one: its next run says its variables are gone."""
+        self._reset_reason = (
+            "this shell last ran in another host, and its interpreter was not kept for this "
+            "one (it closed with that host's runtime, or no host took it back from the keeper "
+            "within the reattach window)"
+        )
 
     async def recovered(self) -> ScriptResult | None:
         """The result of the script a host that is gone had started in this shell and a keeper

@@ -103,6 +103,13 @@ async def test_the_keeper_ends_interpreters_no_host_takes_back_in_the_window_and
     async with hosts.runtime() as rt:
         result = await rt.shell("main").run("'x' in globals()")
         assert (result.status, result.value) == ("ok", "False"), result.text
+        # It says so: the variables set before the host died are gone.
+        assert "fresh interpreter" in result.note and "not kept" in result.note, result.note
+        assert "reattach window" in result.note, result.note
+        again = await rt.shell("main").run("1")
+        assert "fresh interpreter" not in again.note, again.note
+        other = await rt.shell("never-ran").run("1")
+        assert "fresh interpreter" not in other.note, other.note
 
 
 @pytest.mark.timeout(60)
