@@ -7,7 +7,9 @@ runs the scripts it is given, one shell each, in order: `[shell, code, time_limi
 line per event the test waits for: `result <shell> <status> <script id> <value>` when a waited-for script ends, then
 `kernel <shell> <pid>`.
 With `die_at` (`[step, n]`, a step of `STEPS` or `answer_journaled`), the host SIGKILLs
-itself right after the `n`-th time it takes that step, so a test can stop it exactly there.
+itself right after the `n`-th time it takes that step, so a test can stop it exactly there;
+with `seen_read`, as it reads the first acknowledgement that code took an answer, before it
+records it.
 Scripts signal the test with files in the shared folder and wait for it on FIFOs there;
 nothing here waits on time.
 """
@@ -56,13 +58,27 @@ HOST = textwrap.dedent(
         from toolscript.host.process import KernelProcess
 
         step, nth = config["die_at"]
+        if step == "seen_read":
+            # The host reads the kernel's word that code took an answer, and dies before it
+            # records it.
+            from toolscript.host.calls import CallLedger
+
+            acknowledged = CallLedger.acknowledged
+
+            def die_on_seen(self, acks=(), seen=(), on_call=None):
+                if seen:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return acknowledged(self, acks, seen, on_call)
+
+            CallLedger.acknowledged = die_on_seen
+            step = None
         owner, name = {
             "board_written": (KernelProcess, "script_began"),
             "journal_begun": (Journal, "begin_script"),
             "answer_journaled": (Journal, "record_answers"),
             "journal_ended": (Journal, "end_script"),
             "board_cleared": (KernelProcess, "script_ended"),
-        }[step]
+        }.get(step, (None, None))
         taken = []
 
         def die_after(method):
@@ -75,7 +91,8 @@ HOST = textwrap.dedent(
                     os.kill(os.getpid(), signal.SIGKILL)
             return step_then_die
 
-        setattr(owner, name, die_after(getattr(owner, name)))
+        if owner is not None:
+            setattr(owner, name, die_after(getattr(owner, name)))
         if step == "answer_journaled":
             # The host writes an answer before it journals it: the nth answer stays in the
             # host instead, as one the socket had no room for would, until the host dies.

@@ -211,6 +211,31 @@ async def test_an_answer_the_killed_host_journaled_but_never_sent_reaches_the_sc
 
 
 @pytest.mark.timeout(90)
+async def test_a_call_whose_seen_the_killed_host_read_and_never_recorded_is_reported_seen(
+    hosts: Hosts,
+) -> None:
+    # The script's end flushes the kernel's word that code took the answer, then its `done`:
+    # the host reads the first and dies before it records it.
+    code = "account = await open_account(key='s1')\naccount['key']\n"
+    host = await hosts.start(
+        [["main", "x = 1", 30, True], ["main", code, 30, False]], die_at=["seen_read", 1]
+    )
+    await host.line("kernel")
+    assert await asyncio.wait_for(host.process.wait(), WAIT) == -signal.SIGKILL
+
+    async with _runtime(hosts) as rt:
+        result = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert result is not None and result.status == "ok", result and result.text
+        assert result.value == "'s1'"
+        [record] = result.calls.records
+        assert (record.tool, record.fate) == ("open_account", "seen"), result.text
+        [journaled] = rt.journal.calls(result.script_id)
+        assert journaled.fate == "seen"
+        assert rt.journal.uncertain() == []
+    assert len(count(hosts.shared, "effects", "open_account", "s1")) == 1
+
+
+@pytest.mark.timeout(90)
 async def test_an_answer_too_large_for_the_journal_to_keep_reaches_the_script_as_an_error_saying_so(
     hosts: Hosts,
 ) -> None:

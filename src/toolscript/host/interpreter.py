@@ -335,6 +335,7 @@ class Interpreter:
         held = {f"{prefix}.{call.get('n')}" for call in frames}
         journaled = self._journal.take_over_calls(held)
         self._adopt_earlier(script_id, held)
+        self.ledger.recalled(holding.get("acks"), holding.get("seen"))
         self._calls.recover(frames, journaled, remembered=self._journal.path is not None)
         waiting = self._channel.done
         if (

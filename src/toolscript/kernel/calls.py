@@ -27,6 +27,7 @@ import sys
 import threading
 import warnings
 import weakref
+from collections import deque
 from collections.abc import Callable
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
@@ -170,6 +171,9 @@ class CallTable:
         self._waiting: dict[int, _Call] = {}
         self._acks: list[Unwaited] = []  # [n, "unwaited", cause, arrived] each
         self._seen: list[int] = []  # the numbers of calls whose answer code took
+        self._sent: deque[tuple[list[int], list[Unwaited]]] = deque(maxlen=ACKS_RECALLED)
+        """The acknowledgements sent lately (`seen`, `acks`), each frame's lists as they went:
+        said again to a host that takes this kernel back (`holding`)."""
         self._ack_timer: asyncio.TimerHandle | None = None
         self._other_loops = threading.Lock()
         self.tool_qualnames: frozenset[str] = frozenset()
@@ -251,6 +255,7 @@ class CallTable:
             if refused is not None:
                 raise ToolError(f"{key}: the call was not sent: {refused}")
             if carried:
+                self._sent.append((self._seen, self._acks))
                 self._acks = []
                 self._seen = []
             call = _Call(n, loop, future)
@@ -355,6 +360,7 @@ class CallTable:
             self._seen.append(n)
             self._flush_acks_soon()
         else:
+            self._sent.append(([n], []))
             self._post(encode({"t": "ack", "seen": [n]}), None)
 
     def _unwaited(self, call: _Call, cause: str) -> None:
@@ -363,6 +369,7 @@ class CallTable:
             self._acks.append(ack)
             self._flush_acks_soon()
         else:
+            self._sent.append(([], [ack]))
             self._post(encode({"t": "ack", "acks": [ack]}), None)
 
     def _flush_acks_soon(self) -> None:
@@ -386,6 +393,7 @@ class CallTable:
             self._ack_timer = None
         if self._acks or self._seen:
             frame = encode(self._with_acks({"t": "ack"}))
+            self._sent.append((self._seen, self._acks))
             self._acks = []
             self._seen = []
             self._post(frame, None)  # the host does not answer acknowledgements
@@ -413,6 +421,20 @@ class CallTable:
             sent = json.loads(bytes(call.frame[4:]))
             held.append({key: sent.get(key) for key in ("n", "tool", "args", "script")})
         return held
+
+    # Goal: a call whose answer the script took is reported `seen` after a restart too. What
+    # fails: an acknowledgement the host before read from the channel and died before it
+    # recorded: the next host found the answer sent and never acknowledged, and reported it
+    # unread. What we do: the last `ACKS_RECALLED` frames' acknowledgements are said again in
+    # `holding`; the host takes those about calls it holds unacknowledged, and nothing else.
+    def recalled(self) -> tuple[list[int], list[Unwaited]]:
+        """The acknowledgements sent lately: the calls seen, and the others."""
+        seen: list[int] = []
+        acks: list[Unwaited] = []
+        for numbers, others in list(self._sent):
+            seen += numbers
+            acks += others
+        return seen, acks
 
     def cancel_waiting(self) -> None:
         """Wake every call still waiting on another thread's loop after a stop.
@@ -480,3 +502,7 @@ _MAIN_THREAD = threading.main_thread().ident
 
 ACK_DELAY = 0.005
 """Seconds acknowledgements may wait for a frame to travel with."""
+
+ACKS_RECALLED = 256
+"""How many frames' acknowledgements the kernel keeps to say again to a host that takes it
+back: more than a host reads from the channel at once."""

@@ -232,9 +232,12 @@ class Kernel:
                 self._setup(message)
             elif kind == "held":
                 self.calls.flush_acks()  # what code took so far, before what it still awaits
+                seen, acks = self.calls.recalled()
                 holding: HoldingFrame = {
                     "t": "holding",
                     "calls": self.calls.holding(),
+                    "seen": seen,
+                    "acks": acks,
                     "running": self._current_script_id(),
                     "done": self._last_done,
                     "token": message.get("token"),

@@ -256,10 +256,13 @@ if TYPE_CHECKING:
         """The answer to `held`: every call whose answer has not arrived, as its frame said
         (`n`, `tool`, `args`, `script`); the script running now, if any; the last `done`
         sent, if any (the host before may have read it and died before it could report it);
-        the `token` of the `held` it answers."""
+        the acknowledgements sent lately (`seen`, `acks`, as in `AckFrame`), said again for
+        the same reason; the `token` of the `held` it answers."""
 
         t: Literal["holding"]
         calls: list[dict[str, Any]]
+        seen: list[int]
+        acks: list[Unwaited]
         running: str | None
         done: DoneFrame | None
         token: str | None
