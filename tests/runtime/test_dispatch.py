@@ -195,6 +195,34 @@ async def test_a_handler_that_raises_cancelled_error_itself_is_an_error_not_a_ha
     assert result.calls.by_fate == {"seen": 5}  # return_exceptions: the errors were taken
 
 
+async def test_a_handler_that_exits_or_is_interrupted_is_an_error_and_the_host_lives_on(
+    make_runtime: MakeRuntime,
+) -> None:
+    # asyncio ends its event loop with a task's SystemExit or KeyboardInterrupt: the host's.
+    @tool
+    def exits(code: int) -> str:
+        """Calls sys.exit, as argparse does on a bad command line."""
+        raise SystemExit(code)
+
+    @tool
+    async def interrupted() -> str:
+        """Raises KeyboardInterrupt."""
+        raise KeyboardInterrupt
+
+    runtime = await make_runtime(tools=[exits, interrupted])
+    result = await runtime.run(
+        "import asyncio\n"
+        "results = await asyncio.gather(exits(code=2), interrupted(), return_exceptions=True)\n"
+        "[str(r) for r in results]",
+        time_limit=20,
+    )
+    assert result.status == "ok", result.text
+    assert eval(result.value or "[]") == ["SystemExit: 2", "KeyboardInterrupt"]
+    again = await runtime.run("await exits(code=0)")
+    assert again.status == "error", again.text
+    assert "ToolError: SystemExit: 0" in (again.error or ""), again.text
+
+
 async def test_closing_the_runtime_cancels_a_burst_still_waiting(
     make_runtime: MakeRuntime,
 ) -> None:

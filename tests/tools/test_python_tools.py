@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import datetime
 import inspect
+import io
 import threading
 import typing
 from typing import Any, Literal
@@ -146,6 +148,59 @@ async def test_an_exception_from_the_function_becomes_an_error_result_with_its_t
     assert await fail.spec.handler({"n": 3}) == ToolOutcome(
         value="ValueError: bad n 3", is_error=True
     )
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_system_exit_and_keyboard_interrupt_from_a_tool_are_its_error_results(
+    kind: str,
+) -> None:
+    # Left out, asyncio ends the host's event loop with them (argparse exits on a bad line).
+    def parse(argv: list[str]) -> int:
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="x", exit_on_error=True, add_help=False)
+        parser.add_argument("--n", type=int, required=True)
+        with contextlib.redirect_stderr(io.StringIO()):
+            return int(parser.parse_args(argv).n)
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    if kind == "async":
+
+        async def parse_async(argv: list[str]) -> int:
+            return parse(argv)
+
+        async def interrupt_async() -> None:
+            interrupt()
+
+        tools = tool(parse_async), tool(interrupt_async)
+    else:
+        tools = tool(parse), tool(interrupt)
+    assert await tools[0].spec.handler({"argv": ["--n", "oops"]}) == ToolOutcome(
+        value="SystemExit: 2", is_error=True
+    )
+    assert await tools[1].spec.handler({}) == ToolOutcome(value="KeyboardInterrupt", is_error=True)
+
+
+async def test_an_async_generator_tool_answers_its_items_as_a_generator_does() -> None:
+    @tool
+    async def countdown(start: int) -> typing.AsyncIterator[int]:
+        for n in range(start, 0, -1):
+            await asyncio.sleep(0)
+            yield n
+
+    @tool
+    def countup(stop: int) -> typing.Iterator[int]:
+        yield from range(1, stop + 1)
+
+    assert await countdown.spec.handler({"start": 3}) == ToolOutcome(value=[3, 2, 1])
+    assert await countup.spec.handler({"stop": 3}) == ToolOutcome(value=[1, 2, 3])
+    # Their stubs say so: a list of the items.
+    for made in (countdown, countup):
+        assert made.spec.output_schema is not None
+        stub = render_prompt([plan_for(made.spec)])
+        assert "-> list[int]" in stub, stub
 
 
 async def test_a_tool_failure_becomes_an_error_result_with_its_message_alone() -> None:

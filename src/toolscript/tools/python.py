@@ -28,6 +28,7 @@ interrupted: when the host gives up on it at its timeout, its thread runs on to 
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import functools
 import inspect
 import sys
@@ -154,7 +155,7 @@ class Tool(Generic[P, R]):
                 if converters
                 else arguments  # plain JSON types only: validated already, nothing to convert
             )
-        except Exception as error:
+        except (Exception, SystemExit, KeyboardInterrupt) as error:  # a validator's own
             return ToolOutcome(
                 value=f"the arguments could not be converted: {_message(error)}", is_error=True
             )
@@ -166,13 +167,19 @@ class Tool(Generic[P, R]):
                 result = await call(**converted)
             else:
                 result = await asyncio.to_thread(call, **converted)
-            if type(result) not in _JSON_SCALARS and inspect.isawaitable(result):
-                result = await result
+            if type(result) not in _JSON_SCALARS:
+                if inspect.isawaitable(result):
+                    result = await result
+                elif inspect.isasyncgen(result):  # its items, as a generator's are
+                    result = [item async for item in result]
         except (SourceGone, asyncio.CancelledError):
             raise
         except ToolFailure as failure:
             return ToolOutcome(value=_message(failure, with_type=False), is_error=True)
-        except Exception as error:
+        except BaseException as error:
+            # `SystemExit` (argparse on a bad command line, `sys.exit` in a library) and
+            # `KeyboardInterrupt` raised by a tool are its failure, not the host's: let out,
+            # asyncio would end the host's event loop with them.
             return ToolOutcome(value=_message(error), is_error=True)
         if type(result) in _JSON_SCALARS:
             return ToolOutcome(value=result)
@@ -251,9 +258,25 @@ def _input_schema(function: Callable[..., Any], name: str) -> dict[str, Any]:
     return schema
 
 
+_ITERATORS = frozenset(
+    (
+        collections.abc.Iterator,
+        collections.abc.Iterable,
+        collections.abc.Generator,
+        collections.abc.AsyncIterator,
+        collections.abc.AsyncIterable,
+        collections.abc.AsyncGenerator,
+    )
+)
+"""Return types whose items a tool answers as a list (a generator's, an async one's)."""
+
+
 def _output_schema(annotation: object) -> dict[str, Any] | None:
     if annotation in (inspect.Parameter.empty, Any, object, ToolOutcome):
         return None
+    if typing.get_origin(annotation) in _ITERATORS:
+        item = (typing.get_args(annotation) or (Any,))[0]
+        annotation = list[item]  # type: ignore[valid-type]
     try:
         from pydantic import TypeAdapter
 
