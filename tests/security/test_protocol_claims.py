@@ -161,17 +161,20 @@ async def test_a_done_for_another_script_is_a_violation(runtime_with_echo: Runti
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("again", [False, True], ids=["done", "said_again"])
 async def test_a_forged_done_buys_no_time_for_code_that_goes_on_running(
-    make_runtime: MakeRuntime, tmp_path: Path
+    make_runtime: MakeRuntime, tmp_path: Path, again: bool
 ) -> None:
     runtime = await make_runtime(mounts={tmp_path: "rw"})
     pid = await kernel_of(runtime)
     beat = tmp_path / "beat"
     # The forged `done` says all a real one can (nothing left running, output all read), so
     # the run returns at once; the loop never yields to the kernel again.
+    # Said "again", as a kernel says its last `done` to a host that took it back from a
+    # keeper: checked all the same.
     code = forging(
         "forge({'t': 'done', 'script': kernel._script.id, 'status': 'ok', 'quiet': True,\n"
-        "       'drained': True, 'never_awaited': []})\n"
+        f"       'drained': True, 'never_awaited': [], 'again': {again}}})\n"
         "while True:\n"
         f"    open({str(beat)!r}, 'w').write(str(time.monotonic()))\n"
         "    time.sleep(0.01)\n"

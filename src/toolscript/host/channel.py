@@ -301,9 +301,12 @@ class Channel:
             elif kind == "done" and message.get("again") is True:
                 # Said again for a keeper (`toolscript.kernel.keeper`): it ends the script it
                 # names only if that one still waits for its end here.
+                # Checked as any `done` is (a script can forge one): its code must be found
+                # stopped before the time limit and grace are over.
                 done = self.done
                 if done is not None and message.get("script") == self.script and not done.done():
                     done.set_result(cast("wire.DoneFrame", message))
+                    self._watch_end(str(message["script"]))
             elif kind == "done":
                 if self.done is None or message.get("script") != self.script:
                     self._stray_done(message.get("script"))
