@@ -342,6 +342,7 @@ class Shell:
             outcome.ending in ("killed", "crashed", "fault")
             or result.status == "crashed"
             or outcome.report.get("threads_left")
+            or outcome.report.get("processes_left")
         ):
             self._interpreter = None
             self._reset_reason = reset_words(outcome, result.status)

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from tests.conftest import MakeRuntime, eventually, processes_with
-from toolscript import Runtime
+from toolscript import Runtime, tool
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -208,6 +208,74 @@ async def test_a_spinning_thread_makes_the_stop_replace_the_interpreter(
     assert after.status == "error"  # a fresh interpreter: the old namespace is gone
     assert after.generation == first.generation + 1
     assert "fresh interpreter" in after.note
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+async def test_processes_a_script_kept_from_the_kernels_stop_are_found_by_the_host(
+    make_runtime: MakeRuntime, tmp_path: Path, attack: str
+) -> None:
+    # The script shares its process with the kernel: it replaces the code that ends what it
+    # started after a stop, so the kernel says all was ended. The host looks for itself.
+    token = f"tok-{secrets.token_hex(6)}"
+    ready = tmp_path / "ready"
+    runtime = await make_runtime(mounts={tmp_path: "rw"})
+    disarm = (
+        "import sys\n"
+        "runner = next(m for n, m in sys.modules.items() if n.endswith('kernel.runner'))\n"
+        "async def nothing_to_end(*args, **kwargs):\n"
+        "    return 0\n"
+        "runner.end_what_it_started = nothing_to_end\n"
+    )
+    script = disarm + ATTACKS[attack](token, ready) + "import time\ntime.sleep(60)\n"
+    first = await runtime.run(script, time_limit=3)
+    assert first.status == "time_limit", first.text
+    assert ready.exists(), "the attack had not started its process when the script stopped"
+    assert "process(es) the script started were still running" in first.note, first.note
+    await eventually(lambda: not processes_with(token), 2.0, "a process outlived the stop")
+    after = await runtime.run("'runner' in globals()")
+    assert (after.value, after.generation) == ("False", first.generation + 1), after.text
+    assert "a process the previous script started" in after.note, after.note
+
+
+async def test_a_thread_a_script_kept_from_the_kernels_stop_may_not_call_a_tool_after_it(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    # Disarmed as above, the kernel says no thread is left; the thread calls a tool later.
+    calls: list[int] = []
+
+    @tool
+    def record(n: int) -> int:
+        """Record that it was called."""
+        calls.append(n)
+        return n
+
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    runtime = await make_runtime(tools=[record], mounts={tmp_path: "rw"})
+    script = (
+        "import asyncio, sys, threading, time\n"
+        "runner = next(m for n, m in sys.modules.items() if n.endswith('kernel.runner'))\n"
+        "async def nothing_to_end(*args, **kwargs):\n"
+        "    return 0\n"
+        "runner.end_what_it_started = nothing_to_end\n"
+        "def later():\n"
+        f"    open({str(gate)!r}).read()\n"
+        "    asyncio.run(record(n=2))  # on a loop of its own: the frame goes out at once\n"
+        "threading.Thread(target=later, daemon=True).start()\n"
+        "await record(n=1)\n"
+        "time.sleep(60)\n"
+    )
+    first = await runtime.run(script, time_limit=2)
+    assert first.status == "time_limit" and first.generation == 1, first.text
+    with open(gate, "w") as opened:  # the thread goes on, past the stop
+        opened.write("go")
+    interpreter = runtime.shell("default")._interpreter
+    assert interpreter is not None
+    await eventually(lambda: not interpreter.alive, 10.0, "the interpreter was kept")
+    after = await runtime.run("'runner' in globals()")
+    assert (after.value, after.generation) == ("False", 2), after.text
+    assert "ran on past its stop" in after.note, after.note
+    assert calls == [1]
 
 
 HOST = """

@@ -173,6 +173,7 @@ class CallLedger:
         self._script: str | None = None
         self._tally: _Tally | None = None
         self._between = _Tally()
+        self._stopped: str | None = None  # a script stopped, until the next one begins
 
     @property
     def prefix(self) -> str:
@@ -197,6 +198,18 @@ class CallLedger:
         tally.made = 0
         self._script = script_id
         self._tally = tally
+        self._stopped = None
+
+    # Goal: after a stop, no code of the script goes on, and none calls a tool. What fails:
+    # taking a call made between two scripts as one of the code a finished script left to
+    # run (a task, a thread: allowed, and reported in the next script's result): after a
+    # stop, the kernel has ended all of that, or said it could not (and the interpreter is
+    # replaced). What we do: a call that comes after a stopped script's `done` and before the
+    # next script is code the script kept from the stop: a protocol violation.
+    def script_stopped(self, script_id: str) -> None:
+        """The kernel said script `script_id` was stopped: nothing of it may call a tool
+        before the next script begins."""
+        self._stopped = script_id
 
     def made(self, frames: list[dict[str, Any]]) -> list[tuple[int, _Call, dict[str, Any]]]:
         """Register call frames and journal them in one transaction, before any is acted on.
@@ -217,6 +230,12 @@ class CallLedger:
                 tool = frame.get("tool")
                 if type(n) is not int or type(tool) is not str:
                     raise ValueError("a call frame without a number and a tool name")
+                if self._stopped is not None:
+                    raise ProtocolViolation(
+                        f"a call came after script {self._stopped} was stopped: code the "
+                        "script started ran on past its stop",
+                        self._stopped,
+                    )
                 if n != self._next and (self._next != 0 or n < 1):
                     raise ProtocolViolation(
                         f"a call numbered {_number(n)} came where call {self._next} was due "

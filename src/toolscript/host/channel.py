@@ -314,6 +314,8 @@ class Channel:
                     # The kernel's claims, each field checked where it is read.
                     self.done.set_result(cast("wire.DoneFrame", message))
                     self._watch_end(str(message["script"]))
+                    if message.get("status") == "stopped":
+                        self.calls.ledger.script_stopped(str(message["script"]))
             elif self.taking_back and kind in _STALE:
                 if kind == "holding":
                     self._holding(message)

@@ -60,6 +60,10 @@ __all__ = [
 OUTPUT_END_WAIT = 2.0
 """Seconds to wait, after a script ends, for its output's end marker on both pipes."""
 
+STRAYS_WAIT = 0.5
+"""Seconds a process of the sandbox found after a stop has to end (the kernel killed it, and
+its parent may not have reaped it yet) before it counts as one the script kept running."""
+
 
 class Outcome(NamedTuple):
     """How one script ended, as the interpreter saw it, before it becomes a `ScriptResult`.
@@ -583,6 +587,13 @@ class Interpreter:
             # A thread cannot be stopped from outside: the interpreter goes with it.
             self.closing = True
             gone = True
+        elif status == "stopped" and not gone:
+            left = await self._process.strays(STRAYS_WAIT)
+            if left:
+                # The kernel ended every process of the script, it said; these it did not.
+                report = {**report, "processes_left": left}
+                self.closing = True
+                gone = True
         if gone:
             await self.kill()
             try:

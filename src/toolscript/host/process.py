@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..kernel.control import confined
 from .busypoll import LoopPoll
 from .output import StreamCapture
-from .pids import children
+from .pids import children, descendants, ended, pidfds
 from .sandbox import Sandbox
 from .template import Forked, Template, TemplateError, kernel_command
 
@@ -130,6 +130,33 @@ class KernelProcess:
             return self.pid
         found = children(self.pid)
         return found[0] if found else None
+
+    # Goal: after a stop, nothing the script started runs on (issue 12's "stop means
+    # stopped"). What fails: the kernel's word alone: it ends every process of the sandbox
+    # but its init and itself, but the script shares its process and can replace the code
+    # that does it, then let the kernel say all was ended. What we do: the host looks for
+    # itself, from outside the sandbox, and counts the processes still alive a moment later.
+    async def strays(self, wait: float) -> int:
+        """How many processes of the sandbox besides its init and kernel are still alive,
+        `wait` seconds at most after this is asked (killed ones take a moment to end): after
+        a stop, where the kernel has ended them all, any is one the script kept from it. 0
+        without a sandbox, where they cannot be told from the host's."""
+        if self.launch.sandbox is None or self.pid is None:
+            return 0
+        kernel = self.kernel_pid()
+        found = pidfds([pid for pid in descendants(self.pid) if pid != kernel])
+        try:
+            if not found:
+                return 0
+            waits = [asyncio.ensure_future(ended(pidfd)) for pidfd in found]
+            _, alive = await asyncio.wait(waits, timeout=wait)
+            for waiting in alive:
+                waiting.cancel()
+            await asyncio.gather(*alive, return_exceptions=True)
+            return len(alive)
+        finally:
+            for pidfd in found:
+                os.close(pidfd)
 
     async def _spawn(self) -> socket.socket:
         loop = asyncio.get_running_loop()

@@ -248,6 +248,8 @@ if TYPE_CHECKING:
         broken: str
         """The kernel's own descriptors were broken, in words; it is ended."""
         threads_left: int
+        processes_left: int
+        """The host's own: processes of the sandbox it found alive after a stop."""
         again: bool
         """The kernel says its last `done` again, for a kept kernel's new host: a host that
         saw it already ignores it."""
