@@ -47,6 +47,27 @@ async def test_a_shell_taken_back_keeps_its_variables_and_its_running_script_fin
 
 
 @pytest.mark.timeout(90)
+async def test_the_first_script_on_a_shell_taken_back_idle_keeps_its_output(
+    hosts: Hosts,
+) -> None:
+    # The kernel ended its last script with nothing left running, so it would have written
+    # no start marker for the next; the new host, which did not see that end, waits for one.
+    host = await hosts.start([["main", "x = 41", 30, True]])
+    await host.line("kernel")
+    await host.kill()
+
+    async with hosts.runtime() as rt:
+        shell = rt.shell("main")
+        code = "import sys\nprint('x is', x)\nprint('on stderr', file=sys.stderr)\nx"
+        first = await shell.run(code)
+        assert (first.status, first.value, first.generation) == ("ok", "41", 1), first.text
+        assert first.stdout == "x is 41\n", first.text
+        assert first.stderr == "on stderr\n", first.text
+        second = await shell.run(code)
+        assert (second.stdout, second.stderr) == ("x is 41\n", "on stderr\n"), second.text
+
+
+@pytest.mark.timeout(90)
 async def test_the_keeper_interrupts_a_script_past_its_time_limit_while_no_host_is_attached(
     hosts: Hosts,
 ) -> None:

@@ -231,6 +231,9 @@ class Kernel:
             elif kind == "setup":
                 self._setup(message)
             elif kind == "held":
+                # A host that took this kernel back knows nothing of how the last script
+                # ended: the next script's output starts with a marker, as after a start.
+                self._quiet = False
                 self.calls.flush_acks()  # what code took so far, before what it still awaits
                 seen, acks = self.calls.recalled()
                 holding: HoldingFrame = {
