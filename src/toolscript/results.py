@@ -603,7 +603,10 @@ def _stop_words(
 
 def _crash_words(exit_description: str | None, *, one_off: bool = False) -> str:
     what = exit_description or "exit status unknown"
-    if "SIGSEGV" in what or "SIGBUS" in what:
+    if "with the keeper" in what:
+        cause = "the keeper process that held the interpreter exited, and every interpreter it held died with it"
+        look = "what ended the keeper (its command line has 'keeper' and the state folder)"
+    elif "SIGSEGV" in what or "SIGBUS" in what:
         cause = "a crash in C code: an extension module, ctypes, or a corrupted object"
         look = "native calls (ctypes, C extensions) near the end of the script"
     elif "SIGABRT" in what:

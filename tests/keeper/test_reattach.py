@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import stat
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GRACE, eventually, is_gone, wait_for_file
+from toolscript import tool
 from toolscript.kernel.keeper import BOARD, SLOT
 
 from .conftest import WAIT, Hosts, gate, interruptible, keeper_notes, open_gate, signal_file
@@ -144,6 +146,35 @@ async def test_every_interpreter_dies_with_the_keeper(hosts: Hosts) -> None:
         await eventually(lambda: is_gone(kernel), WAIT, "an interpreter outlived its keeper")
         result = await rt.shell("main").run("'x' in globals()")
         assert result.status != "ok" or result.value == "False", result.text
+
+
+@pytest.mark.timeout(60)
+async def test_a_script_whose_keeper_dies_under_it_is_told_so_and_not_blamed(
+    hosts: Hosts,
+) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def hold() -> str:
+        """Wait until the test says."""
+        entered.set()
+        await release.wait()
+        return "held"
+
+    async with hosts.runtime(tools=[hold]) as rt:
+        await rt.shell("main").run("x = 1")
+        run = asyncio.ensure_future(rt.shell("main").run("await hold()", time_limit=30))
+        await asyncio.wait_for(entered.wait(), WAIT)
+        [keeper] = hosts.keeper()
+        os.kill(keeper, signal.SIGKILL)
+        result = await asyncio.wait_for(run, WAIT)
+        release.set()
+        assert result.status == "crashed", result.text
+        assert "keeper" in result.note and "broke the protocol" not in result.note, result.note
+        [script] = [s for s in rt.journal.scripts() if s.script_id == result.script_id]
+        assert script.violation is None
+        [record] = result.calls.records
+        assert (record.tool, record.fate, record.cause) == ("hold", "pending", "interpreter_gone")
 
 
 @pytest.mark.timeout(60)

@@ -631,7 +631,7 @@ class Interpreter:
             stderr=stderr,
             calls=calls,
             stop_reason=stop_reason,
-            exit_description=describe_exit(self.returncode) if gone else None,
+            exit_description=self._process.exit_words() if gone else None,
             fault=self.fault,
             unattributed_bytes=self._stdout.unattributed_bytes + self._stderr.unattributed_bytes,
             never_started=never_started,

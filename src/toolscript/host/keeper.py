@@ -18,6 +18,7 @@ import math
 import mmap
 import os
 import re
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -141,6 +142,8 @@ class Keeper:
         self._requests = itertools.count(1)
         self._waiting: dict[Any, asyncio.Future[dict[str, Any]]] = {}
         self._statuses: dict[int, asyncio.Future[int]] = {}
+        self.lost = False
+        """The keeper exited while this host was attached: every interpreter died with it."""
         self._closed = False
         self.pid = 0
         self.held: list[Held] = []
@@ -412,10 +415,17 @@ class Keeper:
     def _gone(self) -> None:
         if not self._closed:
             self._closed = True
+            self.lost = True
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(self._connection.fileno())
             self._connection.close()
         fail_waiting(self._waiting, "the keeper exited")
+        # Its interpreters die with it (SIGKILL, their parent's death signal), and no one is
+        # left to report how: said here, so that none is taken for a kernel that lives on
+        # with its channel closed (a script's doing).
+        for status in self._statuses.values():
+            if not status.done():
+                status.set_result(-signal.SIGKILL)
 
 
 def _keeper_alive(alive: Path) -> bool:

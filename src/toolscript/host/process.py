@@ -336,6 +336,13 @@ class KernelProcess:
         number, `held`; the keeper's module is imported only by runtimes that keep theirs.)"""
         return None if self.held is None else cast("Keeper", self.launch.template)
 
+    def exit_words(self) -> str:
+        """How it ended, in words (`describe_exit`), and with its keeper, if that exited."""
+        words = describe_exit(self.returncode)
+        if self.forked and getattr(self.launch.template, "lost", False) is True:
+            return f"{words}, with the keeper that held it, which exited"
+        return words
+
     def note(self, **meta: object) -> None:
         """Tell the keeper that holds this kernel, if one does, what it runs now."""
         keeper = self._keeper()
