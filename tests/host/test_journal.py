@@ -132,6 +132,26 @@ sys.stdin.read()
 """
 
 
+TAKING_OVER_HOST_PROCESS = """
+import os, sys
+from toolscript.host.journal import buffer as journal_buffer
+from toolscript.host.journal import CallAnswer, CallFate, CallStart, Journal
+
+journal_buffer.FLUSH_INTERVAL = 3600
+journal = Journal.open(sys.argv[1])
+if sys.argv[3] == "first":
+    journal.begin_script("s-1", "main", 1, "await send(text='a')", 1.0)
+    journal.record_calls([CallStart("c-1", "s-1", "main", "send", "text='a'", 2.0)])
+    journal.flush()
+else:  # a second host takes the interpreter back, makes the call again and answers it
+    journal.take_over_calls(["c-1"])
+    journal.record_answers([CallAnswer("c-1", 3.0, False, "'again'", b'{"n":1}')])
+    journal.settle_calls([CallFate("c-1", "seen", None)])
+os.write(int(sys.argv[2]), b"ready")
+sys.stdin.read()
+"""
+
+
 def start(call_id: str, script_id: str | None = "s-1", shell: str = "main") -> CallStart:
     return CallStart(call_id, script_id, shell, "send", "text='hi'", NOW)
 
@@ -408,6 +428,26 @@ def test_answers_and_fates_a_killed_host_never_flushed_are_replayed_from_its_int
         frames = dict(db.execute("SELECT call_id, answer_frame FROM calls").fetchall())
     # The frame of the answer not yet seen is kept, for a host that takes the script back.
     assert frames == {"c-1": None, "c-2": b'{"n":2}', "c-3": None, "c-4": None}
+
+
+@pytest.mark.timeout(30)
+def test_an_answer_a_killed_host_gave_a_call_it_took_over_is_replayed_onto_that_calls_row(
+    tmp_path: Path,
+) -> None:
+    # Two kills in a row: the first host made the call; the second took its interpreter back
+    # from a keeper, answered the call and was killed before its flush. The row is the
+    # first host's; the answer and the fate are in the second's intent file.
+    path = tmp_path / "journal.sqlite3"
+    with host_process(path, TAKING_OVER_HOST_PROCESS, "first") as process:
+        kill(process)
+    with host_process(path, TAKING_OVER_HOST_PROCESS, "second") as process:
+        kill(process)
+
+    with Journal.open(path) as journal:
+        [call] = journal.calls()
+        assert (call.call_id, call.fate, call.answer_brief) == ("c-1", "seen", "'again'")
+        assert not call.uncertain
+        assert journal.uncertain() == []
 
 
 def test_an_answer_or_fate_whose_intent_line_cannot_be_written_is_still_journaled(

@@ -236,6 +236,33 @@ async def test_a_call_whose_seen_the_killed_host_read_and_never_recorded_is_repo
 
 
 @pytest.mark.timeout(90)
+async def test_a_held_call_the_script_gave_up_on_while_no_host_was_attached_keeps_its_cause(
+    hosts: Hosts,
+) -> None:
+    # The kernel's word that the code stopped waiting goes out while no host is attached;
+    # the next host reads it before it knows of the call, and hears it again in `holding`.
+    code = (
+        "import asyncio\n"
+        "task = asyncio.ensure_future(transfer(key='w1'))\n"
+        "await asyncio.sleep(0)  # the call goes out\n" + gate(hosts, "go") + "task.cancel()\n"
+        "try:\n"
+        "    await task\n"
+        "except asyncio.CancelledError:\n"
+        "    pass\n"
+        "'gave up'\n"
+    )
+    await hosts.kill_when("entered-w1", code, 30)  # held by the host, then killed
+    await open_gate(hosts, "go")
+
+    async with _runtime(hosts) as rt:
+        result = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert result is not None and result.value == "'gave up'", result and result.text
+        [record] = result.calls.records
+        assert (record.tool, record.fate, record.cause) == ("transfer", "pending", "cancelled")
+    assert len(count(hosts.shared, "effects", "transfer", "w1")) == 1
+
+
+@pytest.mark.timeout(90)
 async def test_an_answer_too_large_for_the_journal_to_keep_reaches_the_script_as_an_error_saying_so(
     hosts: Hosts,
 ) -> None:

@@ -437,29 +437,31 @@ class CallLedger:
     def recalled(self, acks: object, seen: object) -> None:
         """The kernel's acknowledgements sent lately, said again when this host took it back
         (`holding`): the host before may have read them and died before it recorded them.
-        Those about answered calls this ledger holds unacknowledged count as if just sent
-        (and are checked as such); the others change nothing: recorded already, by a host,
-        or about a call whose answer the journal lacks (the host before may have sent it and
-        died before it journaled it), which this host cannot check."""
+        Those about calls this ledger holds unacknowledged count as if just sent (and are
+        checked as such): a call seen, or one whose answer arrived, if it was answered; a
+        call its code stopped waiting for before an answer came, answered or not. The others
+        change nothing: recorded already, by a host, or about an answer the journal lacks
+        (the host before may have sent it and died before it journaled it), which this host
+        cannot check."""
         calls = self._calls
         fates: list[FateRow] = []
 
-        def open_answered(n: object) -> bool:
+        def unacknowledged(n: object, answered: bool) -> bool:
             call = calls.get(n) if type(n) is int else None
             return (
                 call is not None
-                and call.answer_sent
+                and (call.answer_sent or not answered)
                 and not call.kernel_seen
                 and call.unwaited is None
             )
 
         try:
             for n in seen if type(seen) is list else ():
-                if open_answered(n):
+                if unacknowledged(n, True):
                     self._seen(n, fates)
             for ack in acks if type(acks) is list else ():
                 unwaited = type(ack) is list and len(ack) >= 4 and ack[1] == "unwaited"
-                if unwaited and open_answered(ack[0]):
+                if unwaited and unacknowledged(ack[0], ack[3] is not False):
                     self._unwaited(ack[0], ack[2], ack[3])
         finally:
             if fates:

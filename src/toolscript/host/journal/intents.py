@@ -247,8 +247,10 @@ def _replay_outcomes(
     outcomes: list[tuple[int, str, list[Any]]],
 ) -> None:
     """Apply a gone host's answers and fates, in the order it recorded them, to its calls'
-    rows, by the rules its own flush follows for a call written earlier: nothing changes a
-    call once it is settled for good; an answer comes once."""
+    rows, and to the rows of calls it took over from a host before it (a kernel taken back
+    from a keeper: the call was recorded by the host that made it), by the rules its own
+    flush follows for a call written earlier: nothing changes a call once it is settled
+    for good; an answer comes once."""
     ids = sorted({fields[0] for _, _, fields in outcomes})
     state: dict[str, list[Any]] = {
         call_id: [row_id, answered, fate]
@@ -258,10 +260,19 @@ def _replay_outcomes(
             (calls_after, host_id, json.dumps(ids)),
         )
     }
+    taken_over = [call_id for call_id in ids if call_id not in state]
+    if taken_over:
+        # A call id names one interpreter's call: its row is the one host that made it.
+        for row_id, call_id, answered, fate in db.execute(
+            "SELECT id, call_id, answered_at IS NOT NULL, fate FROM calls "
+            "WHERE host_id != ? AND call_id IN (SELECT value FROM json_each(?)) ORDER BY id",
+            (host_id, json.dumps(taken_over)),
+        ):
+            state[call_id] = [row_id, answered, fate]
     for _, kind, fields in outcomes:
         found = state.get(fields[0])
         if found is None:
-            continue  # a call this host never recorded, or one before `calls_after`
+            continue  # a call no host recorded, or one of this host's before `calls_after`
         row_id, answered, fate = found
         if fate is not None and (fate != "pending" or answered):
             continue  # settled for good
