@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MakeRuntime
+from tests.conftest import MakeRuntime, eventually
+from toolscript.host import channel as host_channel
 from toolscript.host import codec
 from toolscript.kernel import wire
 from toolscript.tools.python import tool
@@ -105,6 +106,59 @@ async def test_arguments_of_too_many_lists_and_dicts_are_a_tool_error_but_bracke
     assert result.value == str(len("str:''") + 2 * many)
     assert result.calls.by_fate == {"refused": 1, "seen": 1}
     assert (await runtime.run("1 + 1")).generation == result.generation
+
+
+@pytest.mark.timeout(60)
+async def test_arguments_of_too_many_values_are_a_tool_error_and_the_interpreter_stays(
+    make_runtime: MakeRuntime,
+) -> None:
+    # Short strings cost the decoding side per value too: 12 million of them in a 60 MB
+    # frame cost the host 1.3 GB and over a second of its loop.
+    runtime = await make_runtime(tools=[describe])
+    many = wire.MAX_VALUES
+    result = await runtime.run(
+        "try:\n"
+        f"    await describe(value=['ab'] * {many})\n"
+        "except ToolError as error:\n"
+        "    print(error)\n"
+        f"await describe(value=['ab'] * {many // 2})\n",
+        time_limit=30,
+    )
+    assert result.status == "ok", result.text
+    assert f"{many:,} values or more" in result.stdout, result.text
+    assert result.calls.by_fate == {"refused": 1, "seen": 1}
+    assert (await runtime.run("1 + 1")).generation == result.generation
+
+
+def test_the_host_refuses_a_frame_of_too_many_values_before_decoding_it() -> None:
+    body = b'{"t": "call", "n": 1, "tool": "x", "args": {"v": [' + b'"ab",' * 4_000_000 + b"1]}}"
+    with pytest.raises(wire.FrameError, match="values or more"):
+        codec.decode_body(body)
+    fewer = b'{"t": "call", "n": 1, "tool": "x", "args": {"v": [' + b"12345678," * 3_000_000
+    assert len(codec.decode_body(fewer + b"1]}}")["args"]["v"]) == 3_000_001
+
+
+@pytest.mark.timeout(30)
+async def test_a_kernel_whose_read_took_the_loop_long_is_not_read_for_as_long_again(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A frame within every bound still costs about a second to decode at 64 MiB: a script
+    # sending one after another would have the host's loop, every other shell's too.
+    runtime = await make_runtime(tools=[describe])
+    assert (await runtime.run("1")).value == "1"
+    interpreter = runtime.shell("default")._interpreter
+    assert interpreter is not None
+    channel = interpreter._channel
+    transport = channel._transport
+    assert transport is not None and transport.is_reading()
+    clock = iter([10.0, 10.0 + 2 * host_channel.HOGGING])
+    monkeypatch.setattr(host_channel.time, "perf_counter", lambda: next(clock))
+    channel.received(b"")  # a read that took twice as long as a kernel may take
+    monkeypatch.undo()
+    assert not transport.is_reading()
+    await eventually(transport.is_reading, 5.0, "the channel was not read again")
+    after = await runtime.run("await describe(value=1)")
+    assert after.status == "ok", after.text
 
 
 def test_the_host_refuses_a_frame_of_too_many_containers_before_decoding_it() -> None:

@@ -12,6 +12,7 @@ import random
 import secrets
 import signal
 import socket
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
@@ -35,6 +36,10 @@ ended, unless the next script (which asks too) comes first."""
 
 CHECK_WAIT = 1.0
 """The least time, after a `done`, that the kernel has to confirm the script's end."""
+
+HOGGING = 0.2
+"""Seconds of the host's event loop one read from a kernel may take before the host stops
+reading that kernel for as long again (`Channel.received`)."""
 
 
 class Channel:
@@ -259,8 +264,16 @@ class Channel:
 
     # -- receiving ---------------------------------------------------------------------------
 
+    # Goal: one kernel cannot take the host's event loop from every other shell. What fails:
+    # bounds on a frame alone: a frame of up to `MAX_FRAME` bytes, within every bound, still
+    # costs about a second to decode (20 ms a MB of short values or huge integers), and a
+    # script may send one after another for its whole time limit. What we do: a read whose
+    # handling took over `HOGGING` seconds stops this channel's reading for as long again,
+    # so such a kernel has at most half of the loop; a script's own calls never take that
+    # long (a thousand calls of a `gather` take a few milliseconds).
     def received(self, data: bytes | memoryview) -> None:
         self._wrote_alone = False
+        started = time.perf_counter()
         try:
             messages = self._reader.feed(data)
             self._handle(messages)
@@ -273,6 +286,22 @@ class Channel:
             # the kernel's fault too; let through, it would close the channel from inside
             # asyncio and be misreported as a channel the kernel closed.
             self._broke(f"a frame the host could not handle ({type(error).__name__}: {error})")
+        spent = time.perf_counter() - started
+        if spent > HOGGING:
+            self._rest(spent)
+
+    def _rest(self, seconds: float) -> None:
+        """Read nothing more from this kernel for `seconds`."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        transport.pause_reading()
+        self._loop.call_later(seconds, self._wake)
+
+    def _wake(self) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.resume_reading()
 
     # Goal: a call's answer, or its request to an MCP server, goes out as soon as it can.
     # What fails: taking the kernel's word on earlier calls (acknowledgements carried along

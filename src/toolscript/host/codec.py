@@ -39,6 +39,10 @@ def decode_body(body: bytes) -> wire.Message:
             f"a frame holds over {wire.MAX_CONTAINERS:,} objects and arrays, more than a "
             "call may carry"
         )
+    if len(body) > wire.VALUES_FROM and wire.too_many_values(body):
+        raise wire.FrameError(
+            f"a frame holds {wire.MAX_VALUES:,} values or more, more than a call may carry"
+        )
     try:
         message = _orjson_loads(body)
     except orjson.JSONDecodeError:

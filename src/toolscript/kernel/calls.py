@@ -39,9 +39,12 @@ from .wire import (
     LONGEST_FRAME,
     MAX_CONTAINERS,
     MAX_FRAME,
+    MAX_VALUES,
+    VALUES_FROM,
     encode,
     encode_call,
     too_many_containers,
+    too_many_values,
 )
 
 if TYPE_CHECKING:
@@ -230,6 +233,12 @@ class CallTable:
                         f"its arguments hold over {MAX_CONTAINERS:,} lists and dicts (in "
                         "arguments over 4 MiB, `[` and `{` in text count too), more than one "
                         "call may carry: pass them in parts"
+                    )
+                elif len(frame) > VALUES_FROM and too_many_values(frame):
+                    refused = (
+                        f"its arguments hold {MAX_VALUES:,} values or more (strings, numbers, "
+                        "lists, dicts and keys; commas and colons in text count too), more "
+                        "than one call may carry: pass them in parts"
                     )
             except (TypeError, ValueError, RecursionError, MemoryError) as error:
                 refused = f"its arguments cannot be sent as JSON ({type(error).__name__}: {error})"
