@@ -24,6 +24,25 @@ def test_a_call_s_arguments_read_like_keyword_arguments() -> None:
     )
 
 
+def test_every_argument_left_out_is_counted_and_none_is_cut_without_a_mark() -> None:
+    # The arguments after a finished list, a key whose value did not fit, and a key whose
+    # entry did not begin: each one said, never dropped.
+    mail = {
+        "to": "alice@example.com",
+        "cc": ["bob@example.com", "carol@example.com", "x" * 27],
+        "subject": "Quarterly numbers",
+        "body": "see attached",
+        "priority": 1,
+    }
+    assert brief(mail).endswith("(27 chars)], … 3 more"), brief(mail)
+    assert brief({"a": [1, 2], "b": "x" * 80, "c": 3}).endswith(", c=…")
+    assert brief({"k": {"a" * 30: "b" * 60, "c": 1, "d": 2}}).endswith("(60 chars), … 2 more}")
+    nested_lists = brief({"x": [[list(range(50))] * 5] * 5, "y": 1})
+    assert nested_lists.endswith("more], … 4 more], … 4 more], … 1 more"), nested_lists
+    for value in (mail, {"tags": {"a", "b"}, "n": 1, "s": "y" * 90, "t": 1}):
+        assert "……" not in brief(value) and len(brief(value)) <= 120
+
+
 def test_an_argument_name_that_is_not_an_identifier_is_quoted() -> None:
     assert brief({"file-path": "/tmp/x"}) == "'file-path'='/tmp/x'"
 

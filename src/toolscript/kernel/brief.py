@@ -17,7 +17,10 @@ from collections.abc import Iterator
 from typing import Any
 
 _ELLIPSIS = "…"
-_TAIL_ROOM = 24
+_MARK_ROOM = len(f", {_ELLIPSIS} 999,999 more")
+"""Room kept, for each container open, for what says how many entries it leaves out."""
+_SPARE = 8
+"""Room kept for the `…` of an entry cut short, and for rounding."""
 _INT_MAX_BITS = 128
 _TYPE_NAME = type.__dict__["__name__"]
 
@@ -139,24 +142,32 @@ class _Briefer:
         self.steps = 0
         self.max_steps = 4 * limit + 64
         self.open_ids: set[int] = set()
+        self.reserved = 0  # room kept for closing the containers open (`close_all`)
 
     def emit(self, text: str) -> None:
         self.parts.append(text)
         self.size += len(text)
 
     def room(self) -> int:
-        return self.limit - self.size
+        """Room left for what is written, after the room kept for closing."""
+        return self.limit - self.size - self.reserved
+
+    def push(self, container: _Container, stack: list[_Work]) -> None:
+        self.reserved += len(container.closer) + _MARK_ROOM
+        stack.append(container)
 
     def run(self, value: object) -> str:
         stack: list[_Work] = []
+        self.reserved = _SPARE
         if type(value) is dict and _reads_as_keyword_arguments(value):
             self.open_ids.add(id(value))
-            stack.append(_Container(iter(dict.items(value)), dict.__len__(value), "", "keywords"))
+            keywords = _Container(iter(dict.items(value)), dict.__len__(value), "", "keywords")
+            self.push(keywords, stack)
         else:
             stack.append(_Pending(value))
         while stack:
             self.steps += 1
-            if self.room() < _TAIL_ROOM or self.steps > self.max_steps:
+            if self.room() < 0 or self.steps > self.max_steps:
                 self.close_all(stack)
                 break
             top = stack[-1]
@@ -175,6 +186,7 @@ class _Briefer:
             entry = next(container.items)
         except StopIteration:
             stack.pop()
+            self.reserved -= len(container.closer) + _MARK_ROOM
             self.emit(container.closer)
             return
         container.remaining -= 1
@@ -193,15 +205,41 @@ class _Briefer:
         stack.append(_Pending(key))
 
     def close_all(self, stack: list[_Work]) -> None:
-        innermost = True
+        """Close every open container, saying what each leaves out: an entry whose key or
+        value was not written yet reads `…`, and the entries not reached `… N more`. What
+        is written left room for that (`reserved`)."""
+        elided = False
         while stack:
             top = stack.pop()
-            if not isinstance(top, _Container):
+            if isinstance(top, _Pending):
+                elided = True
                 continue
-            if innermost and top.remaining > 0:
+            if isinstance(top, str):
+                continue
+            if elided:
+                self.elide(top)
+                elided = False
+            if top.remaining > 0:
                 self.emit(f"{'' if top.first else ', '}{_ELLIPSIS} {top.remaining:,} more")
-            innermost = False
             self.emit(top.closer)
+        self.reserved = 0
+
+    def elide(self, container: _Container) -> None:
+        """The entry of `container` begun last was cut before its value: its key, if
+        written, is followed by `…`; an entry of which nothing was written is counted with
+        those not reached."""
+        last = self.parts[-1] if self.parts else ""
+        if last.endswith(("=", ": ")):
+            self.emit(_ELLIPSIS)
+        elif last == ", ":
+            self.parts.pop()
+            self.size -= len(last)
+            container.remaining += 1
+        elif last.endswith(("{", "[", "(")):
+            container.remaining += 1
+            container.first = True
+        else:  # a key, not yet followed by its separator
+            self.emit(f": {_ELLIPSIS}")
 
     def value(self, value: Any, stack: list[_Work]) -> None:
         """Emit a scalar at once, or open a container on the stack."""
@@ -265,7 +303,7 @@ class _Briefer:
             self.emit("set()" if issubclass(kind, set) else "frozenset()")
             return
         self.emit(opener)
-        stack.append(container)
+        self.push(container, stack)
 
 
 def _bytearray_slice(value: bytearray, part: slice) -> bytes:
