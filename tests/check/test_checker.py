@@ -71,6 +71,48 @@ async def test_keys_the_script_adds_to_a_result_are_no_finding(tmp_path: Path) -
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("adds", "known"),
+    [
+        ("note |= {'city': 'London'}", True),
+        ("note.update([('city', 'London')])", True),
+        ("extra = {'city': 'London'}\nnote.update(extra)", False),
+        ("note |= dict(city='London')", False),
+        ("note.update({**{'city': 'London'}})", False),
+        ("note.update(**{'city': 'London'})", False),
+    ],
+    ids=["ior-literal", "update-pairs", "update-name", "ior-call", "update-unpacked", "kwargs"],
+)
+async def test_keys_added_in_ways_whose_keys_cannot_all_be_told_are_no_finding(
+    tmp_path: Path, adds: str, known: bool
+) -> None:
+    code = f"note = await add_note(text='a')\n{adds}\nprint(note['city'])\nprint(note['txt'])\n"
+    outcome = await ScriptChecker(tmp_path).check(ToolCatalogue(specs(), None), code, None, None)
+    assert outcome.ran and outcome.failure is None
+    said = [finding.message for finding in outcome.findings]
+    # Where the keys added are told, a misspelled read of the tool's own key still is one.
+    assert said == (
+        ['a result\'s keys: Unknown key "txt" for TypedDict `Note` - did you mean "text"?']
+        if known
+        else []
+    ), said
+
+
+@pytest.mark.timeout(60)
+async def test_a_key_read_where_a_key_error_is_caught_is_no_finding(tmp_path: Path) -> None:
+    code = (
+        "note = await add_note(text='a')\n"
+        "try:\n"
+        "    print(note['maybe'])\n"
+        "except KeyError:\n"
+        "    pass\n"
+        "print(note['txt'])\n"
+    )
+    outcome = await ScriptChecker(tmp_path).check(ToolCatalogue(specs(), None), code, None, None)
+    assert [finding.line for finding in outcome.findings] == [6], outcome.findings
+
+
+@pytest.mark.timeout(60)
 async def test_a_tools_call_used_as_its_answer_without_await_is_a_finding(tmp_path: Path) -> None:
     code = (
         "note = add_note(text='a')\n"

@@ -226,16 +226,22 @@ class CheckedScript:
         for node in ast.walk(self._tree):
             if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
                 keys.update(_text(node.slice))
+            elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.BitOr):
+                keys.update(_keys_of(node.value))  # `result |= {...}`
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 method = node.func.attr
                 if method in ("setdefault", "get", "pop") and node.args:
                     keys.update(_text(node.args[0]))
                 elif method == "update":
-                    keys.update(keyword.arg for keyword in node.keywords if keyword.arg)
+                    keys.update(keyword.arg or ANY_KEY for keyword in node.keywords)
                     for argument in node.args:
-                        if isinstance(argument, ast.Dict):
-                            for key in argument.keys:
-                                keys.update(_text(key) if key is not None else ())
+                        keys.update(_keys_of(argument))
+            elif isinstance(node, ast.Try) and any(_catches_key_error(h) for h in node.handlers):
+                # `try: result["maybe"] except KeyError:` asks for a key it may not find.
+                for inner in node.body:
+                    for part in ast.walk(inner):
+                        if isinstance(part, ast.Subscript):
+                            keys.update(_text(part.slice))
         return frozenset(keys)
 
     @functools.cached_property
@@ -297,7 +303,8 @@ class CheckedScript:
         if rule == "invalid-typed-dict-key":
             named = ticked[-1] if ticked else ""
             key = _KEY.search(message)
-            if key is not None and key.group(1) in self._keys_added:
+            added = self._keys_added
+            if key is not None and (key.group(1) in added or ANY_KEY in added):
                 return None  # a key the script puts in a result itself (or may), then reads
             if named in self._catalogue.typed_dicts and named not in self._shadowed:
                 return f"a result's keys: {message}"
@@ -454,6 +461,40 @@ class CheckedScript:
             ):
                 return node
         return None
+
+
+ANY_KEY = "\x00any"
+"""Among the keys a script adds: some it adds cannot be told (`result.update(other)`)."""
+
+
+def _keys_of(node: ast.expr) -> list[str]:
+    """The keys a dict made from `node` has (`dict.update`'s argument, the right side of
+    `|=`): a dict literal's, a list or tuple of pairs' with literal first items; `ANY_KEY`
+    for anything else (a variable, a call), whose keys cannot be told."""
+    if isinstance(node, ast.Dict):
+        if any(key is None for key in node.keys):  # `{**other}`
+            return [ANY_KEY]
+        return [text for key in node.keys if key is not None for text in _text(key)]
+    if isinstance(node, (ast.List, ast.Tuple)):
+        keys = []
+        for pair in node.elts:
+            if not isinstance(pair, (ast.Tuple, ast.List)) or not pair.elts:
+                return [ANY_KEY]
+            keys += _text(pair.elts[0]) or [ANY_KEY]
+        return keys
+    return [ANY_KEY]
+
+
+def _catches_key_error(handler: ast.ExceptHandler) -> bool:
+    """Whether an `except` clause catches `KeyError` (by name, as a parent, or all)."""
+    kinds = handler.type
+    if kinds is None:
+        return True
+    names = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+    return any(
+        isinstance(name, ast.Name) and name.id in ("KeyError", "LookupError", "Exception")
+        for name in names
+    )
 
 
 def _text(node: ast.expr) -> list[str]:
