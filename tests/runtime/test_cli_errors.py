@@ -176,3 +176,41 @@ def test_no_command_shows_the_commands_and_exits_2(folder: Path) -> None:
     assert done.returncode == 2
     for command in ("exec", "tools", "calls", "agent", "serve"):
         assert command in done.stdout
+
+
+def test_an_mcp_config_that_is_not_utf8_is_one_line(folder: Path) -> None:
+    (folder / "mcp.json").write_bytes(b"\xff\xfe{}")
+    for command in ("exec", "tools"):
+        extra = ["script.py"] if command == "exec" else []
+        done = toolscript(command, *extra, "--mcp-config", "mcp.json", cwd=folder)
+        assert_one_line(done, f"toolscript {command}: error:", "not UTF-8 text")
+
+
+def test_a_journal_that_is_not_a_database_is_one_line(folder: Path) -> None:
+    (folder / "notes.txt").write_text("not a database\n" * 100)
+    for arguments in (["calls"], ["exec", "script.py"]):
+        done = toolscript(*arguments, "--journal", "notes.txt", cwd=folder)
+        assert_one_line(done, f"toolscript {arguments[0]}: error:", "not a toolscript journal")
+    assert (folder / "notes.txt").read_text() == "not a database\n" * 100
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "from toolscript import tool\n@tool\ndef f(*args: int) -> int:\n    return 0\nTOOLS = [f]\n",
+        "def broken(:\n",
+        "raise RuntimeError('the module fails')\n",
+    ],
+    ids=["bad-tool-at-import", "syntax-error", "raises"],
+)
+def test_a_tools_module_whose_own_code_fails_is_one_line(folder: Path, module: str) -> None:
+    (folder / "mytools.py").write_text(module)
+    done = toolscript("exec", "script.py", "--tools", "mytools:TOOLS", cwd=folder)
+    assert_one_line(done, "--tools", "importing 'mytools' failed")
+
+
+def test_a_script_saved_with_a_byte_order_mark_runs_as_python_runs_it(folder: Path) -> None:
+    (folder / "bom.py").write_bytes(b"\xef\xbb\xbfprint('hello')\n")
+    done = toolscript("exec", "bom.py", "--sandbox", "off", cwd=folder)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "hello" in done.stdout

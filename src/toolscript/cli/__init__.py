@@ -63,6 +63,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as error:
+        # A journal file that cannot be one is the caller's to fix, as a bad path is.
+        from ..host.journal import JournalFileError, JournalVersionError
+
+        if not isinstance(error, (JournalFileError, JournalVersionError)):
+            raise
+        print(f"toolscript {args.command}: error: {error}", file=sys.stderr)
+        return 2
 
 
 def main() -> None:

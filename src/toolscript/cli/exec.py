@@ -164,7 +164,7 @@ def _head_start(mounts: dict[str | Path, str], workdir: Path | None, network: bo
 
 def _read_script(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # as Python reads a script with a BOM
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror}") from None
     except UnicodeDecodeError:

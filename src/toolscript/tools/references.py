@@ -33,6 +33,10 @@ def load_tools(references: Iterable[str] | None) -> list[ToolSpec]:
             module = importlib.import_module(module_name)
         except ImportError as error:
             raise ToolReferenceError(f"cannot import {module_name!r}: {error}") from None
+        except Exception as error:  # its own code failed: a syntax error, a bad @tool, ...
+            raise ToolReferenceError(
+                f"importing {module_name!r} failed: {type(error).__name__}: {error}"
+            ) from None
         try:
             value = getattr(module, attribute)
         except AttributeError:

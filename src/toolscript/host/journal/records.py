@@ -183,6 +183,17 @@ class JournalVersionError(Exception):
         )
 
 
+class JournalFileError(Exception):
+    """The file given as the journal is not an SQLite database (nor empty, nor missing)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        super().__init__(
+            f"{path} is not a toolscript journal (SQLite says: {reason}). Point toolscript at "
+            "another file, or at none for the one under the state directory."
+        )
+
+
 class JournalClosedError(Exception):
     """The journal was used after `close()`."""
 

@@ -31,6 +31,7 @@ from .records import (
     FateRow,
     JournalCall,
     JournalClosedError,
+    JournalFileError,
     JournalScript,
     StartRow,
     TakenCall,
@@ -96,7 +97,8 @@ class Journal(_ServeRecords, _WriteBehind):
 
         `where` is a file path, `":memory:"`, or `None` for `journal.sqlite3` under
         `state_dir()`. Missing directories are created. Raises `JournalVersionError` if the
-        file was written by a newer toolscript.
+        file was written by a newer toolscript, `JournalFileError` if it is not an SQLite
+        database.
         """
         path: Path | None
         if where is None:
@@ -114,10 +116,15 @@ class Journal(_ServeRecords, _WriteBehind):
             timeout=_BUSY_TIMEOUT_MS / 1000,
         )
         try:
-            connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            connection.execute("PRAGMA journal_mode = WAL")
-            connection.execute("PRAGMA synchronous = NORMAL")
-            _prepare_schema(connection, str(path) if path is not None else MEMORY)
+            try:
+                connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+                connection.execute("PRAGMA journal_mode = WAL")
+                connection.execute("PRAGMA synchronous = NORMAL")
+                _prepare_schema(connection, str(path) if path is not None else MEMORY)
+            except sqlite3.DatabaseError as error:
+                if isinstance(error, sqlite3.OperationalError):  # locked, I/O: not the file's
+                    raise
+                raise JournalFileError(str(path), str(error)) from None
             return cls(connection, path)
         except BaseException:
             connection.close()

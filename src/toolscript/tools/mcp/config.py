@@ -93,6 +93,11 @@ def load_mcp_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> MCPCo
         raise MCPConfigError(
             f"Cannot read the MCP config file {str(path)!r}: {exc.strerror or exc}."
         ) from exc
+    except UnicodeDecodeError as exc:
+        raise MCPConfigError(
+            f"The MCP config file {str(path)!r} is not UTF-8 text ({exc.reason} at byte "
+            f"{exc.start})."
+        ) from exc
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
