@@ -99,6 +99,33 @@ async def test_keys_added_in_ways_whose_keys_cannot_all_be_told_are_no_finding(
 
 
 @pytest.mark.timeout(60)
+async def test_a_server_called_as_a_function_is_a_finding_that_names_the_python_tool(
+    tmp_path: Path,
+) -> None:
+    # A Python tool named like a server is bound under another spelling; the script calls
+    # the server's namespace, which the stubs declare a class (a call makes one, for ty).
+    async def answer(arguments: dict[str, Any]) -> Any:
+        return "pong"
+
+    server_tool = ToolSpec("hello", "Say hello.", {"type": "object"}, answer, server="ping")
+    own = ToolSpec("ping", "My own ping.", {"type": "object"}, answer)
+    catalogue = ToolCatalogue([server_tool, own], None)
+    assert "Renamed because another binding has the name: `ping_2`" in catalogue.prompt()
+    checker = ScriptChecker(tmp_path)
+    outcome = await checker.check(catalogue, "x = 1\nprint(await ping())\n", None, None)
+    assert [(finding.line, finding.message) for finding in outcome.findings] == [
+        (
+            2,
+            "`ping` is the MCP server 'ping', not a function: call one of its tools, "
+            "`ping.<tool>(...)`; the Python tool 'ping' is bound as `ping_2`",
+        )
+    ]
+    fine = "print(await ping.hello(), await ping_2())\nping = print\nping('shadowed')\n"
+    assert (await checker.check(catalogue, fine, None, None)).findings == []
+    assert (await checker.check(catalogue, "ping(", None, None)).findings[0].line == 1
+
+
+@pytest.mark.timeout(60)
 async def test_a_key_read_where_a_key_error_is_caught_is_no_finding(tmp_path: Path) -> None:
     code = (
         "note = await add_note(text='a')\n"

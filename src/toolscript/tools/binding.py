@@ -374,7 +374,8 @@ def _doc(
     server = spec.server
     if spec.name != function or (server is not None and server != namespace):
         owner = "" if server is None else f" on the MCP server {server!r}"
-        lines += ["", f"Its own name: {spec.name!r}{owner}."]
+        why = why_spelled(str(spec.name), function)
+        lines += ["", f"Its own name: {spec.name!r}{owner}." + (f" Renamed: {why}." if why else "")]
     if problem is not None:
         lines += ["", f"Its arguments are not described: {problem}. Pass them by name."]
     lines += ["", "Args:"]

@@ -196,6 +196,7 @@ class CheckedScript:
                 for diagnostic in diagnostics
             )
             or _HIDDEN_SYNTAX.search(self._code) is not None
+            or bool(self._servers_called)
         )
 
     @functools.cached_property
@@ -280,6 +281,8 @@ class CheckedScript:
                 (line, name, parameter) in self._explained for parameter in missing
             ):
                 found.pop((line, message), None)
+        for finding in self._servers_called:
+            found.setdefault((finding.line, finding.message), finding)
         return sorted(found.values(), key=lambda finding: finding.line)
 
     # -- what a diagnostic is about ------------------------------------------------------------
@@ -407,6 +410,32 @@ class CheckedScript:
                 elif isinstance(candidate, ast.Name) and candidate.id in self._unawaited_names:
                     return self._unawaited_names[candidate.id]
         return None
+
+    @functools.cached_property
+    def _servers_called(self) -> list[Finding]:
+        """A server's namespace called as a function (its tools are its attributes), as a
+        Python tool of the same name would be: the stubs declare it a class, so the checker
+        takes the call for making one, but the script holds no class there."""
+        found: list[Finding] = []
+        try:
+            tree = self._tree
+        except SyntaxError:
+            return found  # the syntax error is the finding
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+                continue
+            server = self._server_of(node.func)
+            if server is None:
+                continue
+            said = (
+                f"`{server}` is the MCP server {server!r}, not a function: call one of its "
+                f"tools, `{server}.<tool>(...)`"
+            )
+            for spelling, plan in self._catalogue.top_level.items():
+                if plan.get("name") == server and plan.get("namespace") is None:
+                    said += f"; the Python tool {server!r} is bound as `{spelling}`"
+            found.append(Finding(node.lineno, said))
+        return found
 
     def _tool_call_at(self, line: int, column: int) -> tuple[str, dict[str, Any]] | None:
         """The innermost call around the position whose function is a tool: its name as the

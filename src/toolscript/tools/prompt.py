@@ -163,15 +163,28 @@ def _renames(plans: list[dict[str, Any]]) -> list[str]:
         for spelling, name in renamed.items()
         if spelling == name + "_"
     ]
-    if not clashes:
-        return []
-    return [
-        _comment_line(
-            "Renamed with a trailing _ so imports and builtins still work: "
-            + ", ".join(clashes)
-            + "."
-        )
+    servers = {str(plan["namespace"]) for plan in plans if plan.get("namespace") is not None}
+    taken = [
+        f"`{spelling}` (the Python tool {name!r}: `{name}` is the MCP server {name!r})"
+        if name in servers
+        else f"`{spelling}` ({why_spelled(name, spelling)})"
+        for spelling, name in renamed.items()
+        if spelling != name + "_" and why_spelled(name, spelling).endswith("another binding")
     ]
+    lines = []
+    if clashes:
+        lines.append(
+            _comment_line(
+                "Renamed with a trailing _ so imports and builtins still work: "
+                + ", ".join(clashes)
+                + "."
+            )
+        )
+    if taken:
+        lines.append(
+            _comment_line("Renamed because another binding has the name: " + ", ".join(taken) + ".")
+        )
+    return lines
 
 
 def _comment_line(text: str) -> str:
