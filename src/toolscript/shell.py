@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .background import BackgroundScripts, ScriptHandle, check_before_running
 from .config import Settings, positive_seconds
+from .host.calls import NotJournaled
 from .host.catalogue import ToolCatalogue
 from .host.checker import ScriptChecker
 from .host.interpreter import (
@@ -296,6 +297,8 @@ class Shell:
         started = time.monotonic()
         try:
             outcome = await interpreter.execute(script_id, code, limit, services.settings.grace)
+        except NotJournaled as failure:
+            return self._refused(script_id, failure.reason, limit)
         except asyncio.CancelledError:
             if interpreter.last_outcome is not None:
                 self._conclude(
@@ -409,8 +412,9 @@ class Shell:
         """A result for a script that never ran: `note`, else "Nothing ran: <reason>."."""
         self._services.check_open()
         journal = self._services.journal
-        journal.begin_script(script_id, self.name, self.generation, "", time.time())
-        journal.end_script(script_id, "refused", time.time())
+        with contextlib.suppress(OSError):  # a full disk: the refusal is said all the same
+            journal.begin_script(script_id, self.name, self.generation, "", time.time())
+            journal.end_script(script_id, "refused", time.time())
         return ScriptResult(
             status="refused",
             note=note or f"Nothing ran: {reason}.",

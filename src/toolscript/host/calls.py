@@ -18,6 +18,7 @@ into its script's report (a record for the first 1,000, a count per tool beyond)
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -152,6 +153,16 @@ class ProtocolViolation(ValueError):
         self.script = script
 
 
+class NotJournaled(Exception):
+    """Calls the journal could not record (a full disk, say), so they were not made: their
+    numbers, refused in the ledger, and why, for the kernel's answers."""
+
+    def __init__(self, numbers: list[int], reason: str) -> None:
+        super().__init__(reason)
+        self.numbers = numbers
+        self.reason = reason
+
+
 class CallLedger:
     """The calls of one interpreter (one generation), grouped by the script they belong to.
 
@@ -267,7 +278,20 @@ class CallLedger:
         finally:
             # Calls before a frame that was not one were made all the same: journaled, though
             # not dispatched (the interpreter is replaced), so they are reported pending.
-            self._journal.record_calls(starts)
+            broken = sys.exc_info()[1]
+            try:
+                self._journal.record_calls(starts)
+            except OSError as error:
+                if broken is None:
+                    # Recorded before it is acted on, or not made at all: the host's own
+                    # trouble, not the script's, and the interpreter stays.
+                    reason = (
+                        "the host could not record the call in its journal "
+                        f"({error.strerror or error}), so it did not make it"
+                    )
+                    for n, _, _ in todo:
+                        self.refuse(n, reason)
+                    raise NotJournaled([n for n, _, _ in todo], reason) from None
         return todo
 
     def recovered(

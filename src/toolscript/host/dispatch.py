@@ -18,7 +18,7 @@ from ..kernel import wire
 from ..kernel.brief import brief
 from ..tools.spec import CallIdentity, current_call
 from . import codec
-from .calls import CallLedger
+from .calls import CallLedger, NotJournaled
 from .catalogue import Answer, ToolCatalogue, Waiting
 from .journal import ANSWER_KEPT, TakenCall
 
@@ -57,7 +57,13 @@ class Dispatcher:
     def dispatch(self, frames: list[wire.Message]) -> None:
         """Record call frames, refuse the ones the catalogue rejects, answer the rest."""
         todo: list[_Todo] = []
-        for n, call, args in self.ledger.made(frames):
+        try:
+            made = self.ledger.made(frames)
+        except NotJournaled as failure:
+            for n in failure.numbers:
+                self.channel.send(Answer("refused", message=failure.reason).to_frame(n))
+            return
+        for n, call, args in made:
             key = call.tool
             problem = self.catalogue.check(key, args)
             if problem is not None:

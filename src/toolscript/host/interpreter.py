@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, cast
 from ..kernel import wire
 from ..kernel.descriptors import BROKEN_EXIT
 from ..kernel.names import MAX_NAMES
-from .calls import CallLedger, CallReport
+from .calls import CallLedger, CallReport, NotJournaled
 from .catalogue import ToolCatalogue
 from .channel import CHANNEL_LOST_WAIT, CHECK_DELAY, CHECK_WAIT, Channel
 from .dispatch import Dispatcher
@@ -489,6 +489,13 @@ class Interpreter:
             )
         try:
             self._journal.begin_script(script_id, self.shell, self.generation, code, time.time())
+        except OSError as error:  # a full disk: nothing is sent that the journal lacks
+            if held:
+                self._process.script_ended()
+            raise NotJournaled(
+                [],
+                f"the host could not record the script in its journal ({error.strerror or error})",
+            ) from None
         except BaseException:
             if held:
                 self._process.script_ended()

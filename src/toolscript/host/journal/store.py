@@ -165,7 +165,7 @@ class Journal(_ServeRecords, _WriteBehind):
             if self._closed:
                 raise JournalClosedError()
             if intents is not None:
-                intents.append(line)
+                _append_after_the_fact(intents, line)  # the script has ended, whatever this says
             self._running_scripts = max(0, self._running_scripts - 1)
             self._buffer.ends.append((status, ended_at, script_id))
             if not self._filled:
