@@ -549,9 +549,12 @@ class Runtime:
             assert self._services is not None
             shell = Shell(name, self._services)
             self._shells[name] = shell
-            if self.keep_interpreters and self._services.journal.ran_elsewhere(name):
-                # Not taken back at the start (`_reattach` takes a kept one back after this).
-                shell.not_kept()
+            if self.keep_interpreters:
+                earlier = self._services.journal.generation_elsewhere(name)
+                if earlier is not None:
+                    # Not taken back at the start (`_reattach` takes a kept one back after
+                    # this): its next interpreter's generation says the state is new.
+                    shell.not_kept(earlier)
         return shell
 
     async def run(self, code: str, *, time_limit: float | None = None) -> ScriptResult:

@@ -104,9 +104,11 @@ class Shell:
         self._ended = asyncio.Event()
         self._recovered = asyncio.get_running_loop().create_task(self._follow(interpreter, running))
 
-    def not_kept(self) -> None:
-        """This shell ran in a host that is gone, and no keeper held its interpreter for
-        this one: its next run says its variables are gone."""
+    def not_kept(self, generation: int) -> None:
+        """This shell ran in a host that is gone, up to `generation`, and no keeper held its
+        interpreter for this one: its next run says its variables are gone, in a generation
+        after that one."""
+        self.generation = max(self.generation, generation)
         self._reset_reason = (
             "this shell last ran in another host, and its interpreter was not kept for this "
             "one (it closed with that host's runtime, or no host took it back from the keeper "

@@ -129,6 +129,7 @@ async def test_the_keeper_ends_interpreters_no_host_takes_back_in_the_window_and
         # It says so: the variables set before the host died are gone.
         assert "fresh interpreter" in result.note and "not kept" in result.note, result.note
         assert "reattach window" in result.note, result.note
+        assert result.generation == 2, result.text  # the state is new: so is its generation
         again = await rt.shell("main").run("1")
         assert "fresh interpreter" not in again.note, again.note
         other = await rt.shell("never-ran").run("1")

@@ -391,16 +391,17 @@ class Journal(_ServeRecords, _WriteBehind):
             rows = self._db.execute(query, parameters).fetchall()
         return [JournalScript(*row) for row in reversed(rows)]
 
-    def ran_elsewhere(self, shell: str) -> bool:
-        """Whether another host (one that has ended, or shares the file) began a script of
-        shell name `shell`: its interpreter is this host's only if taken back from a keeper."""
+    def generation_elsewhere(self, shell: str) -> int | None:
+        """The latest generation another host (one that has ended, or shares the file) ran
+        a script of shell name `shell` in; None if none did. Its interpreter is this host's
+        only if taken back from a keeper."""
         with self._db_lock:
             self._check_open()
             row = self._db.execute(
-                "SELECT 1 FROM scripts WHERE shell = ? AND host_id != ? LIMIT 1",
+                "SELECT max(generation) FROM scripts WHERE shell = ? AND host_id != ?",
                 (shell, self.host_id),
             ).fetchone()
-        return row is not None
+        return None if row is None or row[0] is None else int(row[0])
 
     # -- closing ---------------------------------------------------------------------------
 
