@@ -225,3 +225,19 @@ REAL = ArgumentValidator(
 def test_any_arguments_against_a_real_schema_give_a_sentence_or_none(arguments: Any) -> None:
     problem = REAL.validate(arguments)
     assert problem is None or isinstance(problem, str)
+
+
+def test_a_value_a_false_schema_forbids_is_named_in_a_sentence() -> None:
+    # jsonschema gives such an error no validator and no path: the sentence must still say
+    # which argument, and never "does not satisfy `None: None`".
+    forbid = {"type": "object", "properties": {"legacy": False, "name": {"type": "string"}}}
+    said = ArgumentValidator(forbid).validate({"legacy": 1, "name": "a"})
+    assert said == "argument 'legacy' is not allowed (the schema allows no value)"
+    assert ArgumentValidator(forbid).validate({"name": "a"}) is None
+    no_items = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"empty_list": {"type": "array", "items": False}},
+    }
+    said = ArgumentValidator(no_items).validate({"empty_list": [1]})
+    assert said is not None and "None" not in said and "'empty_list'" in said, said

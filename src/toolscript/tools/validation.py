@@ -73,7 +73,7 @@ class ArgumentValidator:
             error = best_match(self.validator.iter_errors(arguments))
             if error is None:
                 return "the arguments do not fit the tool's input schema"
-            return self.describe(error)
+            return self.describe(error, arguments)
         except RecursionError:
             return "the arguments are nested too deeply to be checked"
         except Exception as error:
@@ -86,7 +86,8 @@ class ArgumentValidator:
             return f"argument {name!r}"
         return f"argument {name!r} ({spelling} in Python)"
 
-    def describe(self, error: ValidationError) -> str:
+    def describe(self, error: ValidationError, arguments: object = None) -> str:
+        """`error` in a sentence; `arguments`, the call's, name what jsonschema leaves out."""
         path = list(error.absolute_path)
         kind = error.validator
         if kind == "required" and isinstance(error.instance, dict):
@@ -107,6 +108,18 @@ class ArgumentValidator:
                 return f"{self.where(path)} has an unknown field {unknown[0]!r}"
         subject = self.where(path)
         got = brief(error.instance, _BRIEF)
+        if kind is None:  # a `false` schema: no value is allowed where it stands
+            within = list(error.schema_path)[-1:]
+            if not path and within == ["properties"] and isinstance(arguments, dict):
+                # jsonschema leaves the property out of the path: the arguments say which.
+                schema = getattr(self.validator, "schema", None)
+                properties = schema.get("properties", {}) if isinstance(schema, dict) else {}
+                for name, allowed in properties.items():
+                    if allowed is False and name in arguments:
+                        return f"{self.label(name)} is not allowed (the schema allows no value)"
+            if within in (["items"], ["prefixItems"], ["additionalItems"]):
+                return f"{subject} may not hold that item (the schema allows none), got {got}"
+            return f"{subject} is not allowed here (the schema allows no value), got {got}"
         if kind == "type":
             expected = " or ".join(_names(error.validator_value)) or str(error.validator_value)
             return f"{subject} must be of type {expected}, got {got}"
