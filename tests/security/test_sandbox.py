@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MakeRuntime
+from toolscript.kernel.init import PROC_MASKED
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -264,6 +265,33 @@ async def test_the_machines_settings_in_proc_cannot_be_written(make_runtime: Mak
     opened, readable, _uid = eval(result.value or "")
     assert "opened for writing" not in opened.values(), opened
     assert readable  # read-only, not hidden
+
+
+async def test_procs_files_about_the_whole_machine_cannot_be_read(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The machine's memory pages, timers, slabs and every user's keys: masked, as container
+    # runtimes mask them. Those this kernel has are tried; the script's own stay readable.
+    runtime = await make_runtime(sandbox="required")
+    result = await runtime.run(
+        "import os\n"
+        f"names = {list(PROC_MASKED)!r}\n"
+        "read = {}\n"
+        "for name in names:\n"
+        "    try:\n"
+        "        with open('/proc/' + name, 'rb') as masked:\n"
+        "            read[name] = len(masked.read(4096))\n"
+        "    except FileNotFoundError:\n"
+        "        pass\n"
+        "    except OSError as error:\n"
+        "        read[name] = error.strerror\n"
+        "read, len(open('/proc/self/status').read()) > 0"
+    )
+    assert result.status == "ok", result.text
+    read, own = eval(result.value or "")
+    assert own
+    assert read, "none of the masked files exists on this kernel"
+    assert all(not isinstance(got, int) or got == 0 for got in read.values()), read
 
 
 async def test_no_file_the_script_makes_can_be_setuid_or_setgid(

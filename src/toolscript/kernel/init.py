@@ -37,6 +37,7 @@ from . import confine
 from .staging import STAGING, TEMPLATE_CGROUP
 
 __all__ = [
+    "PROC_MASKED",
     "PROC_READ_ONLY",
     "STAGING",
     "TEMPLATE_CGROUP",
@@ -58,6 +59,26 @@ __all__ = [
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "pressure")
 """The parts of the sandbox's /proc a script can read but not write."""
 
+PROC_MASKED = (
+    "kcore",
+    "keys",
+    "key-users",
+    "timer_list",
+    "timer_stats",
+    "sched_debug",
+    "latency_stats",
+    "kpageflags",
+    "kpagecount",
+    "kpagecgroup",
+    "slabinfo",
+    "vmallocinfo",
+    "program_cpu",
+)
+"""Files of the sandbox's /proc about the whole machine that a script cannot open: the
+machine's memory pages, kernel timers and slabs, the keys of every user, and (on some
+kernels) the programs every process ran. Container runtimes mask these (and bubblewrap's
+own /proc shows them); here /dev/null is bound over each, on a mount without devices."""
+
 
 def become_init(
     config: dict[str, Any], request: dict[str, Any], status_fd: int, kernel_fds: list[int]
@@ -71,6 +92,9 @@ def become_init(
     for name in PROC_READ_ONLY:
         if os.path.lexists(f"/proc/{name}"):
             confine.bind(f"/proc/{name}", f"/proc/{name}", writable=False)
+    for name in PROC_MASKED:
+        if os.path.isfile(f"/proc/{name}"):
+            confine.bind("/dev/null", f"/proc/{name}", writable=False)
     confine.mount(
         "tmpfs", "/tmp", "tmpfs", confine.MS_NOSUID | confine.MS_NODEV, "mode=1777,size=50%"
     )
