@@ -210,6 +210,17 @@ async def test_a_spinning_thread_makes_the_stop_replace_the_interpreter(
     assert "fresh interpreter" in after.note
 
 
+DISARM = (
+    "import sys\n"
+    "runner = next(m for n, m in sys.modules.items() if n.endswith('kernel.runner'))\n"
+    "async def nothing_to_end(*args, **kwargs):\n"
+    "    return 0\n"
+    "runner.end_what_it_started = nothing_to_end\n"
+)
+"""Python for a script: replace the kernel's code that ends what a stopped script started
+with code that ends nothing and says no thread is left."""
+
+
 @pytest.mark.parametrize("attack", list(ATTACKS))
 async def test_processes_a_script_kept_from_the_kernels_stop_are_found_by_the_host(
     make_runtime: MakeRuntime, tmp_path: Path, attack: str
@@ -219,14 +230,7 @@ async def test_processes_a_script_kept_from_the_kernels_stop_are_found_by_the_ho
     token = f"tok-{secrets.token_hex(6)}"
     ready = tmp_path / "ready"
     runtime = await make_runtime(mounts={tmp_path: "rw"})
-    disarm = (
-        "import sys\n"
-        "runner = next(m for n, m in sys.modules.items() if n.endswith('kernel.runner'))\n"
-        "async def nothing_to_end(*args, **kwargs):\n"
-        "    return 0\n"
-        "runner.end_what_it_started = nothing_to_end\n"
-    )
-    script = disarm + ATTACKS[attack](token, ready) + "import time\ntime.sleep(60)\n"
+    script = DISARM + ATTACKS[attack](token, ready) + "import time\ntime.sleep(60)\n"
     first = await runtime.run(script, time_limit=3)
     assert first.status == "time_limit", first.text
     assert ready.exists(), "the attack had not started its process when the script stopped"
@@ -253,11 +257,7 @@ async def test_a_thread_a_script_kept_from_the_kernels_stop_may_not_call_a_tool_
     os.mkfifo(gate)
     runtime = await make_runtime(tools=[record], mounts={tmp_path: "rw"})
     script = (
-        "import asyncio, sys, threading, time\n"
-        "runner = next(m for n, m in sys.modules.items() if n.endswith('kernel.runner'))\n"
-        "async def nothing_to_end(*args, **kwargs):\n"
-        "    return 0\n"
-        "runner.end_what_it_started = nothing_to_end\n"
+        DISARM + "import asyncio, threading, time\n"
         "def later():\n"
         f"    open({str(gate)!r}).read()\n"
         "    asyncio.run(record(n=2))  # on a loop of its own: the frame goes out at once\n"
