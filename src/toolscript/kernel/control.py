@@ -58,7 +58,7 @@ def decode(data: bytes) -> dict[str, Any] | None:
     """The JSON object in `data`; None when it holds anything else."""
     try:
         message = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # what a script wrote can be nested past the stack
         return None
     return message if isinstance(message, dict) else None
 

@@ -100,7 +100,7 @@ def die_with_parent() -> None:
 class _Held:
     """One interpreter the keeper holds."""
 
-    __slots__ = ("fds", "k", "meta", "pid", "pidfd", "returncode", "slot", "stopping")
+    __slots__ = ("dones", "fds", "k", "meta", "pid", "pidfd", "returncode", "slot", "stopping")
 
     def __init__(self, k: int, slot: int, pid: int, pidfd: int, fds: list[int]) -> None:
         self.k = k
@@ -111,6 +111,7 @@ class _Held:
         self.meta: dict[str, Any] = {}
         self.returncode: int | None = None
         self.stopping: str | None = None  # "interrupted", then "killed"; or "settled"
+        self.dones = 0  # the running script's `done`s in the channel when it was interrupted
 
 
 class Keeper:
@@ -148,6 +149,7 @@ class Keeper:
             name = script.rstrip(b"\0").decode("utf-8", "replace") if deadline else None
             if name != held.meta.get("script"):
                 held.stopping = None
+                held.dones = 0
                 held.meta.pop("keeper_stop", None)
             if name is None:
                 held.meta.update(script=None, deadline=None)
@@ -257,8 +259,9 @@ class Keeper:
                 continue
             grace = float(held.meta.get("grace", 1.0))
             if held.stopping is None and wall >= deadline:
-                if self.settled(held):
-                    continue
+                # Interrupted even if its `done` waits in the channel: the script can write
+                # one and run on. A kernel whose script has ended says its `done` again.
+                held.dones = len(self.script_said_done(held))
                 held.stopping = "interrupted"
                 held.meta["keeper_stop"] = "interrupted"
                 _signal(held.pidfd, signal.SIGINT)
@@ -269,27 +272,37 @@ class Keeper:
                 held.meta["keeper_stop"] = "killed"
                 _signal(held.pidfd, signal.SIGKILL)
 
+    # Goal: while no host is attached, a script stops at its time limit, as with one. What
+    # fails: taking a `done` in the channel as its end: the script shares the kernel's
+    # process, can write a `done` of its own and run on, and the keeper never stopped it.
+    # What we do: interrupt it at its deadline whatever the channel holds, and at the end of
+    # the grace period take as its end only a `done` that came after the interrupt (the
+    # kernel's answer to it: its stop, or its last `done` said again when the script had
+    # ended already). A script that catches the interrupt and writes yet another `done` is
+    # left to the next host's check, within the reattach window (docs/security.md).
     def settled(self, held: _Held) -> bool:
-        """Whether the running script's `done` waits in the channel: then it ended, and no
-        stop is owed. A `done` said again (`again`) is of a script that ended before the
-        keeper's interrupt, which stopped nothing: the next host is told so."""
-        done = self.script_said_done(held)
-        if done is None:
+        """Whether a `done` of the running script came after the keeper's interrupt: then
+        it has ended, and no kill is owed. A `done` said again (`again`) is of a script that
+        ended before the interrupt, which stopped nothing: the next host is told so."""
+        dones = self.script_said_done(held)
+        if len(dones) <= held.dones:
             return False
+        done = dones[-1]
         held.stopping = "settled"
         held.meta["keeper_saw_done"] = "again" if done.get("again") else "done"
         if done.get("again"):
             held.meta.pop("keeper_stop", None)
         return True
 
-    def script_said_done(self, held: _Held) -> dict[str, Any] | None:
-        """The running script's `done`, if the channel holds it unread: looked at, never
-        taken (the host reads it when it comes back)."""
+    def script_said_done(self, held: _Held) -> list[dict[str, Any]]:
+        """The running script's `done`s the channel holds unread, in order: looked at,
+        never taken (the host reads them when it comes back)."""
         script = held.meta.get("script")
+        found: list[dict[str, Any]] = []
         try:
             data = socket.socket(fileno=os.dup(held.fds[0]))
         except OSError:
-            return None
+            return found
         try:
             waiting = data.recv(1 << 22, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except OSError:
@@ -302,11 +315,14 @@ class Keeper:
             body = waiting[at + 4 : at + 4 + size]
             if len(body) < size:
                 break
-            frame = decode(body)
-            if frame is not None and frame.get("t") == "done" and frame.get("script") == script:
-                return frame
+            # Only a `done` is decoded: what the script writes can be anything, and the
+            # keeper holds every shell's interpreter.
+            if b'"done"' in body:
+                frame = decode(body)
+                if frame is not None and frame.get("t") == "done" and frame.get("script") == script:
+                    found.append(frame)
             at += 4 + size
-        return None
+        return found
 
     # -- the host ----------------------------------------------------------------------------
 
