@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GRACE, eventually, is_gone, wait_for_file
+from tests.conftest import FIND_CHANNEL, GRACE, eventually, is_gone, wait_for_file
 from toolscript import tool
 from toolscript.kernel.keeper import BOARD, SLOT
 
@@ -70,6 +70,31 @@ async def test_the_first_script_on_a_shell_taken_back_idle_keeps_its_output(
 
 
 @pytest.mark.timeout(90)
+async def test_the_script_after_one_that_ended_under_the_new_host_has_no_stray_marker(
+    hosts: Hosts,
+) -> None:
+    # The running script ends after the new host took the kernel back but before the
+    # kernel read its `held` (its loop was held by blocking code): the `done` the host reads
+    # says nothing is left running, so the host expects no start marker for the next.
+    code = signal_file(hosts, "started") + gate(hosts, "go") + "'first'\n"
+    host = await hosts.start([["main", "x = 1", 30, True], ["main", code, 30, False]])
+    await host.line("kernel")
+    await wait_for_file(hosts.shared / "started", WAIT)
+    await host.kill()
+
+    async with hosts.runtime() as rt:
+        shell = rt.shell("main")
+        await open_gate(hosts, "go")
+        recovered = await asyncio.wait_for(shell.recovered(), WAIT)
+        assert recovered is not None and recovered.value == "'first'", recovered
+        for code in ("'next'", "print('hello')", "'third'"):
+            after = await shell.run(code)
+            assert after.status == "ok", after.text
+            assert "\x00" not in after.stdout + after.stderr, (code, after.stdout, after.stderr)
+            assert after.stdout == ("hello\n" if "print" in code else ""), (code, after.stdout)
+
+
+@pytest.mark.timeout(90)
 async def test_the_keeper_interrupts_a_script_past_its_time_limit_while_no_host_is_attached(
     hosts: Hosts,
 ) -> None:
@@ -83,6 +108,56 @@ async def test_the_keeper_interrupts_a_script_past_its_time_limit_while_no_host_
         assert recovered is not None and recovered.status == "time_limit", recovered.text
         after = await rt.shell("main").run("x")
         assert (after.status, after.value) == ("ok", "1"), after.text
+
+
+FORGED = {
+    # Its own `done`: the keeper took one in the channel for the script's end, and never
+    # stopped it while no host was attached.
+    "done": "body = json.dumps({'t': 'done', 'script': kernel_script, 'status': 'ok'})",
+    # Nesting past the stack: the keeper's peek at the channel raised, and it died with
+    # every shell's interpreter.
+    "nested": "body = '[' * 100_000 + ']' * 100_000",
+}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("forged", list(FORGED))
+async def test_a_frame_a_script_forges_while_no_host_is_attached_does_not_stop_the_keeper(
+    hosts: Hosts, forged: str
+) -> None:
+    stopped = hosts.shared / "stopped"
+    code = (
+        FIND_CHANNEL
+        + "import json, struct, sys, time\n"
+        + "kernel_script = sys._getframe().f_code.co_filename[len('<script '):-1]\n"
+        + signal_file(hosts, "started")
+        + gate(hosts, "go")
+        + FORGED[forged]
+        + "\nos.write(channel(), struct.pack('>I', len(body)) + body.encode())\n"
+        + "try:\n"
+        + "    time.sleep(60)\n"
+        + "except KeyboardInterrupt:\n"
+        + f"    open({str(stopped)!r}, 'w').close()\n"
+        + "    raise\n"
+    )
+    scripts = [
+        ["victim", "y = 42", 30, True],
+        ["main", "x = 1", 30, True],
+        ["main", code, 6, False],
+    ]
+    host = await hosts.start(scripts)
+    await host.line("kernel")
+    await wait_for_file(hosts.shared / "started", WAIT)
+    await host.kill()
+    await open_gate(hosts, "go")
+    await wait_for_file(stopped, WAIT)  # the keeper stopped it at its time limit
+    assert hosts.keeper(), "the keeper died"
+
+    async with hosts.runtime() as rt:
+        # (A forged `done` may say what it likes of the script's own status: docs/security.md.)
+        assert await asyncio.wait_for(rt.shell("main").recovered(), WAIT) is not None
+        victim = await rt.shell("victim").run("y")
+        assert (victim.status, victim.value) == ("ok", "42"), victim.text
 
 
 @pytest.mark.timeout(90)

@@ -445,8 +445,9 @@ class Interpreter:
         self._record_begin(script_id, code, marker, time_limit, grace)
         # The kernel writes a start marker unless it said, when the last script ended, that
         # nothing was left that could write before this one (see `toolscript.kernel.stop`).
-        self._stdout.begin(marker, at_start_marker=not self._quiet)
-        self._stderr.begin(marker, at_start_marker=not self._quiet)
+        marked = not self._quiet
+        self._stdout.begin(marker, at_start_marker=marked)
+        self._stderr.begin(marker, at_start_marker=marked)
         check = channel.watching
         done = channel.begin_script(script_id, loop.time() + time_limit + grace)
         self.ledger.begin_script(script_id)
@@ -457,6 +458,7 @@ class Interpreter:
             "code": code,
             "marker": marker,
             "grace": grace,
+            "start_marker": marked,
         }
         if check is not None:
             exec_frame["check"] = check  # the kernel checks before it starts this one

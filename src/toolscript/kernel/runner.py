@@ -231,9 +231,6 @@ class Kernel:
             elif kind == "setup":
                 self._setup(message)
             elif kind == "held":
-                # A host that took this kernel back knows nothing of how the last script
-                # ended: the next script's output starts with a marker, as after a start.
-                self._quiet = False
                 self.calls.flush_acks()  # what code took so far, before what it still awaits
                 seen, acks = self.calls.recalled()
                 holding: HoldingFrame = {
@@ -299,7 +296,10 @@ class Kernel:
             window if type(window) is float and window < MAX_WINDOW else 0.0
         )
         self._output.install()
-        if not self._quiet:
+        # The host says whether it waits for a start marker: it decides from the last `done`
+        # it read, and a host that took this kernel back from a keeper read none.
+        marked = message.get("start_marker")
+        if marked is True or (marked is None and not self._quiet):
             self._output.mark(b"\x00>" + script.marker.encode("ascii") + b"\x00")
         try:
             cell = compile_cell(str(message["code"]), f"<script {script.id}>")

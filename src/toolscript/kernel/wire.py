@@ -108,14 +108,17 @@ if TYPE_CHECKING:
     # -- from the host --------------------------------------------------------------------
 
     class ExecFrame(TypedDict):
-        """Run a script. `marker` is the nonce of its output's markers; `check`, the token of
-        the last script's end, to confirm first; `busy_poll`, the window to poll for."""
+        """Run a script. `marker` is the nonce of its output's markers; `start_marker`,
+        whether the host waits for one before the script's output (without it: unless the
+        last script left nothing running); `check`, the token of the last script's end, to
+        confirm first; `busy_poll`, the window to poll for."""
 
         t: Literal["exec"]
         script: str
         code: str
         marker: str
         grace: float
+        start_marker: NotRequired[bool]
         check: NotRequired[str]
         busy_poll: NotRequired[float]
 
