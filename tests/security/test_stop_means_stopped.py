@@ -221,7 +221,27 @@ DISARM = (
 with code that ends nothing and says no thread is left."""
 
 
-@pytest.mark.parametrize("attack", list(ATTACKS))
+def hopper(token: str, ready: Path) -> str:
+    """A process of its own session that forks and exits every 50 ms: a new pid each time."""
+    child = (
+        "import os, pathlib, time\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "while True:\n"
+        "    time.sleep(0.05)\n"
+        "    if os.fork() != 0:\n"
+        "        os._exit(0)\n"
+        f"# {token}\n"
+    )
+    return (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True)\n"
+    )
+
+
+KEPT = {**ATTACKS, "hopper": hopper}
+
+
+@pytest.mark.parametrize("attack", list(KEPT))
 async def test_processes_a_script_kept_from_the_kernels_stop_are_found_by_the_host(
     make_runtime: MakeRuntime, tmp_path: Path, attack: str
 ) -> None:
@@ -230,7 +250,7 @@ async def test_processes_a_script_kept_from_the_kernels_stop_are_found_by_the_ho
     token = f"tok-{secrets.token_hex(6)}"
     ready = tmp_path / "ready"
     runtime = await make_runtime(mounts={tmp_path: "rw"})
-    script = DISARM + ATTACKS[attack](token, ready) + "import time\ntime.sleep(60)\n"
+    script = DISARM + KEPT[attack](token, ready) + "import time\ntime.sleep(60)\n"
     first = await runtime.run(script, time_limit=3)
     assert first.status == "time_limit", first.text
     assert ready.exists(), "the attack had not started its process when the script stopped"

@@ -161,6 +161,27 @@ async def test_a_kernel_whose_read_took_the_loop_long_is_not_read_for_as_long_ag
     assert after.status == "ok", after.text
 
 
+@pytest.mark.timeout(30)
+async def test_a_read_that_holds_a_heavy_frame_rests_its_kernel_however_quick_it_was(
+    make_runtime: MakeRuntime,
+) -> None:
+    # Frames that each cost the host just under `HOGGING`, one after another, would have
+    # most of its loop: a frame that large is rare, or forged to cost the host.
+    runtime = await make_runtime(tools=[describe])
+    assert (await runtime.run("1")).value == "1"
+    interpreter = runtime.shell("default")._interpreter
+    assert interpreter is not None
+    channel = interpreter._channel
+    transport = channel._transport
+    assert transport is not None and transport.is_reading()
+    channel.received(codec.encode({"t": "ack", "seen": [], "padding": "x" * 4096}))
+    assert transport.is_reading()  # an ordinary frame: read on
+    channel.received(codec.encode({"t": "ack", "seen": [], "padding": "x" * (1 << 20)}))
+    assert not transport.is_reading()
+    await eventually(transport.is_reading, 5.0, "the channel was not read again")
+    assert (await runtime.run("await describe(value=1)")).status == "ok"
+
+
 def test_the_host_refuses_a_frame_of_too_many_containers_before_decoding_it() -> None:
     body = b'{"t": "call", "n": 1, "tool": "x", "args": {"v": [' + b"{}," * 1_200_000 + b"{}]}}"
     with pytest.raises(wire.FrameError, match="objects and arrays"):

@@ -41,6 +41,11 @@ HOGGING = 0.2
 """Seconds of the host's event loop one read from a kernel may take before the host stops
 reading that kernel for as long again (`Channel.received`)."""
 
+HEAVY_FRAME = 1 << 20
+"""A read holding a frame of at least this many bytes rests its kernel for as long as its
+handling took, however short (`Channel.received`): a script's calls and acknowledgements
+come in frames of a few hundred bytes; a larger one is rare, or forged to cost the host."""
+
 
 class Channel:
     """The frames between the host and one kernel, and the running script as the host knows it.
@@ -62,7 +67,8 @@ class Channel:
         self._busy = busy
         self._loop = loop
         self._transport: asyncio.Transport | None = None
-        self._reader = codec.reader()
+        self._reader = wire.FrameReader(wire.MAX_FRAME, self._decode)
+        self._heavy = False  # a frame over `HEAVY_FRAME` was decoded in this read
         self._outbox: list[bytes] = []
         self._outbox_reply_due = False  # a frame waiting in the outbox will be replied to
         self._wrote_alone = False  # a frame went out alone since the kernel last spoke
@@ -270,7 +276,9 @@ class Channel:
     # script may send one after another for its whole time limit. What we do: a read whose
     # handling took over `HOGGING` seconds stops this channel's reading for as long again,
     # so such a kernel has at most half of the loop; a script's own calls never take that
-    # long (a thousand calls of a `gather` take a few milliseconds).
+    # long (a thousand calls of a `gather` take a few milliseconds). Frames that each cost
+    # just under that would escape it, one after another: a read that holds a frame of
+    # `HEAVY_FRAME` bytes or more rests the kernel for as long as it took, whatever that is.
     def received(self, data: bytes | memoryview) -> None:
         self._wrote_alone = False
         started = time.perf_counter()
@@ -287,8 +295,14 @@ class Channel:
             # asyncio and be misreported as a channel the kernel closed.
             self._broke(f"a frame the host could not handle ({type(error).__name__}: {error})")
         spent = time.perf_counter() - started
-        if spent > HOGGING:
+        if spent > HOGGING or self._heavy:
+            self._heavy = False
             self._rest(spent)
+
+    def _decode(self, body: bytes) -> wire.Message:
+        if len(body) >= HEAVY_FRAME:
+            self._heavy = True
+        return codec.decode_body(body)
 
     def _rest(self, seconds: float) -> None:
         """Read nothing more from this kernel for `seconds`."""

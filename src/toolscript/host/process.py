@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -143,20 +144,28 @@ class KernelProcess:
         without a sandbox, where they cannot be told from the host's."""
         if self.launch.sandbox is None or self.pid is None:
             return 0
+        loop = asyncio.get_running_loop()
         kernel = self.kernel_pid()
-        found = pidfds([pid for pid in descendants(self.pid) if pid != kernel])
-        try:
-            if not found:
-                return 0
-            waits = [asyncio.ensure_future(ended(pidfd)) for pidfd in found]
-            _, alive = await asyncio.wait(waits, timeout=wait)
-            for waiting in alive:
-                waiting.cancel()
-            await asyncio.gather(*alive, return_exceptions=True)
-            return len(alive)
-        finally:
-            for pidfd in found:
-                os.close(pidfd)
+        deadline = loop.time() + wait
+        while True:
+            # Looked for again once those found have ended: a process that forks and exits
+            # over and over ends under every pidfd, while its newest child runs on.
+            found = pidfds([pid for pid in descendants(self.pid) if pid != kernel])
+            try:
+                live = _still_running(found)  # a zombie has ended: its parent reaps it
+                left = deadline - loop.time()
+                if not live or left <= 0:
+                    return len(live)
+                waits = [asyncio.ensure_future(ended(pidfd)) for pidfd in live]
+                _, pending = await asyncio.wait(waits, timeout=left)
+                for waiting in pending:
+                    waiting.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                if pending:
+                    return len(pending)
+            finally:
+                for pidfd in found:
+                    os.close(pidfd)
 
     async def _spawn(self) -> socket.socket:
         loop = asyncio.get_running_loop()
@@ -402,6 +411,16 @@ class KernelProcess:
         self._open_pipes -= 1
         if self._open_pipes <= 0:
             self.pipes_closed.set()
+
+
+def _still_running(pidfds: list[int]) -> list[int]:
+    """Those of these pidfds whose processes have not ended (a pidfd turns readable when its
+    process ends; a zombie has ended)."""
+    poll = select.poll()
+    for pidfd in pidfds:
+        poll.register(pidfd, select.POLLIN)
+    ended = {pidfd for pidfd, _ in poll.poll(0)}
+    return [pidfd for pidfd in pidfds if pidfd not in ended]
 
 
 def describe_exit(returncode: int | None) -> str:
