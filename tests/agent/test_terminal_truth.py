@@ -184,6 +184,9 @@ async def test_an_error_after_output_streamed_is_not_retried(
 
     assert (turn.stop_reason, turn.steps) == ("error", 1)
     assert len(standin.requests) == 1
+    # Said as what it was: an error inside an answer, not the answer's status (200).
+    assert turn.error is not None and "error in the stream" in turn.error, turn.error
+    assert "200" not in turn.error
 
 
 async def test_a_request_the_api_refuses_is_not_retried(

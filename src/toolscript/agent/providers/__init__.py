@@ -81,8 +81,13 @@ def status_error(
             retry_after = None
     in_stream = status < 300
     retryable = status in RETRYABLE_STATUSES or (in_stream and error_type in RETRYABLE_ERROR_TYPES)
+    said = (
+        f"the model API sent an error in the stream ({error_type or 'no type'}): {message}"
+        if in_stream
+        else f"the model API answered {status}: {message}"
+    )
     return ModelError(
-        f"the model API answered {status}: {message}",
+        said,
         retryable=retryable,
         status=status,
         retry_after=retry_after,
