@@ -190,3 +190,60 @@ async def test_finish_waits_for_a_real_background_script_and_is_refused_until_it
     turn = await asyncio.wait_for(agent.run("wait in the background"), 25)
 
     assert (turn.stop_reason, turn.summary) == ("end_turn", "read it")
+
+
+PENDING = (
+    "import asyncio\n"
+    "task = asyncio.ensure_future(wait_for_gate())\n"
+    "await asyncio.sleep(0.3)\n"
+    "'left it'"
+)
+"""A script that ends with a call of its pending: its effect may still come."""
+
+
+async def test_finish_waits_for_a_call_left_pending_and_is_refused_with_its_late_answer(
+    standin: StandIn, runtime: Runtime, gate: Gate
+) -> None:
+    standin.queue(
+        Reply(calls=[("run_python", {"code": PENDING})]),
+        Reply(calls=[("finish", {"summary": "done"})]),
+        Reply(calls=[("finish", {"summary": "done, having read it"})]),
+    )
+    agent = agent_for(standin, runtime)
+
+    async def open_while_finish_waits() -> None:
+        await gate.entered.wait()
+        while len(standin.requests) < 2:  # the model is asked, and answers finish
+            await asyncio.sleep(0.01)
+        gate.opened.set()
+
+    opener = asyncio.ensure_future(open_while_finish_waits())
+    turn = await agent.run("write it")
+    await opener
+
+    assert (turn.stop_reason, turn.steps) == ("end_turn", 3), turn.error
+    assert "pending" in said_to_model(standin.requests[1])
+    refused = said_to_model(standin.requests[2])
+    assert "finish was refused" in refused and "wait_for_gate()" in refused, refused
+    assert "answered since: 'opened'" in refused, refused
+    assert turn.summary == "done, having read it"
+
+
+async def test_finish_is_refused_once_naming_a_call_still_pending_then_accepted(
+    standin: StandIn, runtime: Runtime, gate: Gate
+) -> None:
+    standin.queue(
+        Reply(calls=[("run_python", {"code": PENDING})]),
+        Reply(calls=[("finish", {"summary": "done"})]),
+        Reply(calls=[("finish", {"summary": "done, knowing it may still come"})]),
+    )
+    agent = agent_for(standin, runtime, terminal_wait=0.3)
+
+    turn = await agent.run("write it")
+    gate.opened.set()
+
+    assert (turn.stop_reason, turn.steps) == ("end_turn", 3), turn.error
+    refused = said_to_model(standin.requests[2])
+    assert "Still running, so their effects may still come" in refused, refused
+    assert "wait_for_gate()" in refused and "pending when the script ended" in refused
+    assert turn.summary == "done, knowing it may still come"

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -38,7 +38,7 @@ from .providers import Provider, make_provider
 from .requests import ModelRequests
 from .runtime_protocol import SavedTurn, ScriptRuntime
 from .scripts import TurnScripts, not_run, refuse
-from .terminal import TERMINAL_TOOLS, Ledger
+from .terminal import TERMINAL_TOOLS, Ledger, PendingCall
 from .tools import ACTION_TOOLS, system_prompt
 from .transcript import Transcript
 from .turn import AgentEvent, Stop, StopReason, Turn
@@ -379,6 +379,22 @@ class _TurnRun:
         names = [tool.name for tool in ACTION_TOOLS]
         return refuse(self.ledger, call, no_such_tool(call.name, names).text), None
 
+    def _answered(self, pending: Sequence[PendingCall]) -> dict[str, str]:
+        """Which of these pending calls have answered since, as the runtime's journal says
+        (a runtime without one cannot say: they stay pending)."""
+        journal = getattr(self.agent.runtime, "journal", None)
+        calls = getattr(journal, "calls", None)
+        if calls is None:
+            return {}
+        wanted = {call.call_id for call in pending}
+        found: dict[str, str] = {}
+        for script_id in {call.script_id for call in pending}:
+            for record in calls(script_id=script_id):
+                if record.call_id in wanted and record.answered_at is not None:
+                    said = record.answer_brief or ""
+                    found[record.call_id] = f"error: {said}" if record.is_error else said
+        return found
+
     async def end_turn(self, call: ToolCall) -> tuple[ToolResult, Stop | None]:
         """`finish` or `block`: accepted only once the model has seen every result of the turn."""
         args = call.arguments
@@ -386,8 +402,10 @@ class _TurnRun:
         value = None if args is None else args.get(key)
         if not isinstance(value, str):
             return refuse(self.ledger, call, f"{call.name} needs `{key}`, a string."), None
-        if self.ledger.running():
-            await self.ledger.settle(self.budget.within(self.agent.control.terminal_wait))
+        if self.ledger.running() or self.ledger.pending:
+            await self.ledger.settle(
+                self.budget.within(self.agent.control.terminal_wait), self._answered
+            )
         refusal = self.ledger.refusal(call.name)
         if refusal is not None:
             self.emit("terminal_refused", tool=call.name, why=refusal)

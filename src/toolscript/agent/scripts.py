@@ -147,6 +147,14 @@ class TurnScripts:
             calls=dict(outcome.calls.by_fate),
         )
         self.ledger.returned(f"the result of run_python call {call.id} (script {script_id})")
+        for record in getattr(outcome.calls, "records", ()):
+            if getattr(record, "fate", None) == "pending" and record.answered_at is None:
+                self.ledger.left_pending(
+                    str(record.id),
+                    script_id,
+                    f"the call {record.tool}({record.args_brief}) of script {script_id}, "
+                    "pending when the script ended",
+                )
         text = answer.text if note is None else f"({note})\n{answer.text}"
         return ToolResult(call.id, call.name, text, is_error=answer.is_error, images=answer.images)
 

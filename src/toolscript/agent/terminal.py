@@ -8,11 +8,19 @@ background script's end), with where it stands (`running`, `returned`, `seen`). 
 waits, for a bounded time, for what is still running, then is accepted only if everything the
 turn owes has been seen by the model, that is, was sent to it in an earlier request. Otherwise
 it is refused with a retryable error that names what is unread or still running.
+
+A tool call a script left pending (no answer when the script ended: its effect may still come)
+is owed too. The terminal call waits for its answer, as for a background script; one that
+answers meanwhile is named in the refusal with its answer. One still pending is named once:
+no one can stop it, so once the model has been told it is still pending, it decides with that
+in view.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -55,11 +63,35 @@ class Background:
 
 
 @dataclass(slots=True)
+class PendingCall:
+    """A tool call a script of the turn left pending: its effect may still come."""
+
+    call_id: str
+    script_id: str
+    label: str
+    told: bool = False
+    """A refusal named it still pending: the model decides with that in view."""
+
+
+Answered = Callable[[Sequence[PendingCall]], Mapping[str, str]]
+"""The answers, by call id, of those pending calls that have one now (a brief of each)."""
+
+PENDING_POLL = 0.05
+"""Seconds between two looks at whether a pending call has answered, while a terminal call
+waits."""
+
+
+@dataclass(slots=True)
 class Ledger:
     """Everything the turn owes the model, and the background scripts it started."""
 
     owed: list[Owed] = field(default_factory=list)
     background: dict[str, Background] = field(default_factory=dict)
+    pending: dict[str, PendingCall] = field(default_factory=dict)
+
+    def left_pending(self, call_id: str, script_id: str, label: str) -> None:
+        """A script of the turn ended with this call of its pending."""
+        self.pending[call_id] = PendingCall(call_id, script_id, label)
 
     def returned(self, label: str) -> Owed:
         """Record a result that is going into the history now."""
@@ -84,18 +116,35 @@ class Ledger:
                 b.owed.standing = "ended"
         return [item for item in self.owed if item.standing != "seen"]
 
-    async def settle(self, timeout: float) -> None:
-        """Wait up to `timeout` seconds for the running background scripts to end."""
+    async def settle(self, timeout: float, answered: Answered | None = None) -> None:
+        """Wait up to `timeout` seconds for the running background scripts to end and, with
+        `answered`, for the pending calls to answer (an answer found becomes owed)."""
+        deadline = time.monotonic() + max(timeout, 0.0)
         watchers = [b.watcher for b in self.running()]
         if watchers and timeout > 0:
             await asyncio.wait(watchers, timeout=timeout)
+        if answered is None:
+            return
+        while self.pending:
+            for call_id, brief in answered(list(self.pending.values())).items():
+                found = self.pending.pop(call_id, None)
+                if found is not None:
+                    self.owed.append(Owed(f"{found.label}, which has answered since: {brief}"))
+            left = deadline - time.monotonic()
+            if not self.pending or left <= 0:
+                return
+            await asyncio.sleep(min(PENDING_POLL, left))
 
     def refusal(self, tool: str) -> str | None:
         """Why `tool` (`finish` or `block`) cannot end the turn now, or `None` if it can."""
         unseen = self.unseen()
-        if not unseen:
+        untold = [call for call in self.pending.values() if not call.told]
+        if not unseen and not untold:
             return None
+        for call in untold:
+            call.told = True
         still = [item.label for item in unseen if item.standing == "running"]
+        still += [call.label for call in untold]
         unread = [item.label for item in unseen if item.standing != "running"]
         lines = [f"{tool} was refused: not every result of this turn has been read yet."]
         if unread:

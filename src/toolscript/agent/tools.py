@@ -33,8 +33,9 @@ CANCEL_SCRIPT = ActionTool(
 FINISH = ActionTool(
     name="finish",
     description=(
-        "End the turn: the task is done. Refused while a result of this turn is unread or a "
-        "background script is still running; read them, then call finish again."
+        "End the turn: the task is done. Refused while a result of this turn is unread, a "
+        "background script is still running, or a tool call a script left pending has not "
+        "been named to you; read them, then call finish again."
     ),
     input_schema={
         "type": "object",
@@ -70,7 +71,8 @@ def system_prompt(catalogue: str, instructions: str | None = None) -> str:
         "each tool call. A call reported as still pending had no answer yet and may still "
         "take effect. When the task is done, call finish(summary). If something outside "
         "your reach stops you, call block(reason). Both are refused while a result of yours "
-        "is unread or a background script is still running.",
+        "is unread, a background script is still running, or a call left pending has "
+        "answered since (or was not yet named to you as still pending).",
     ]
     if instructions:
         parts.append(instructions)
