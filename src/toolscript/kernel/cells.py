@@ -140,6 +140,24 @@ def ending(value: Any, error: BaseException | None, stop_reason: str | None) -> 
     return report
 
 
+VALUE_KEPT = 1_000_000
+"""The most characters of a script's value (its last expression's repr), or of its error's
+traceback, that its `done` carries: the start and the end of a longer one, with what was
+cut said between them. Unbounded, an 80 MB repr made a frame over the channel's bound."""
+
+
+def _bounded(text: str, what: str) -> str:
+    if len(text) <= VALUE_KEPT:
+        return text
+    head = VALUE_KEPT * 2 // 3
+    tail = VALUE_KEPT - head
+    cut = len(text) - head - tail
+    return (
+        f"{text[:head]}\n… [{what} was {len(text):,} characters: {cut:,} are cut here] …\n"
+        f"{text[-tail:]}"
+    )
+
+
 def _safe_repr(value: Any) -> str | None:
     if value is None:
         return None
@@ -149,7 +167,7 @@ def _safe_repr(value: Any) -> str | None:
         return f"<the value's repr failed: {type(error).__name__}: {error}>"
     if not isinstance(text, str):
         return f"<the value's repr returned {type(text).__name__}, not str>"
-    return text
+    return _bounded(text, "the value's repr")
 
 
 def format_exception(error: BaseException) -> str:
@@ -160,7 +178,7 @@ def format_exception(error: BaseException) -> str:
     try:
         summary = traceback.TracebackException(type(error), error, tb)
         _drop_internal_frames(summary)
-        return "".join(summary.format())
+        return _bounded("".join(summary.format()), "the traceback")
     except BaseException:
         return f"{type(error).__name__} (its traceback could not be formatted)"
 

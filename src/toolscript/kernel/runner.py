@@ -351,6 +351,10 @@ class Kernel:
 
     def _cell_ended(self, script: _Script, value: Any, error: BaseException | None) -> None:
         report = ending(value, error, script.stop_reason)
+        if script.stop_reason is not None and report["status"] != "stopped":
+            # The stop came while the value was being written (a slow `__repr__`): it ended
+            # the script as surely as one that came while its code ran.
+            report = ending(None, None, script.stop_reason)
         if script.stop_reason is not None:
             self.loop.create_task(self._settle_stop(script, report))
             return
