@@ -65,18 +65,26 @@ class ScriptOutput:
             with contextlib.suppress(OSError):
                 os.dup2(copy, fd)
 
-    def flush(self) -> None:
-        for stream in (self.stdout, self.stderr):
+    def flush(self, *, drop: bool = False) -> None:
+        """Write out what Python holds for fd 1 and 2; with `drop`, a stream whose flush
+        fails is replaced, so that what it held is never written later."""
+        for fd, stream in ((1, self.stdout), (2, self.stderr)):
             try:
                 stream.flush()
             except (OSError, ValueError):
-                pass
+                if drop and not stream.closed:
+                    if fd == 1:
+                        self.stdout = _text_stream(1)
+                    else:
+                        self.stderr = _text_stream(2)
 
     def mark(self, marker: bytes) -> None:
         """Flush what Python holds for fd 1 and 2, then write `marker` to both (on the host's
-        pipes, put back first if a script moved them)."""
+        pipes, put back first if a script moved them). What a script wrote while it had closed
+        or moved fd 1 or 2 goes out before the marker, as its own; what cannot, never."""
         self.flush()
         self.restore()
+        self.flush(drop=True)
         for fd in (1, 2):
             try:
                 os.write(fd, marker)
