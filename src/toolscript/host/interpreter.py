@@ -632,7 +632,17 @@ class Interpreter:
             stop_reason = self._stop_reason
         self._stop_reason = None
         if status == "stopped" and stop_reason is None:
-            stop_reason = str(report.get("reason", "stopped"))
+            # Neither this host nor a keeper stopped it: the script sent itself SIGINT, which
+            # the kernel cannot tell from a stop. It is the script's own error, not a cancel.
+            status = "error"
+            report = {
+                **report,
+                "status": "error",
+                "error": report.get("error")
+                or "KeyboardInterrupt: the script's process received SIGINT that the host did "
+                "not send (the script sent it itself?), and the interpreter took it for a stop: "
+                "the script was interrupted where it was.",
+            }
         return Outcome(
             ending=status,
             report=report,
