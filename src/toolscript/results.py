@@ -559,7 +559,10 @@ def result_from(
 
 
 CLOSING = "the runtime was closed"
-"""The stop reason of a script whose shell or runtime closes: its interpreter closes too."""
+"""The stop reason of a script whose runtime closes: its interpreter closes too."""
+
+SHELL_CLOSING = "the shell was closed"
+"""The stop reason of a script whose shell closes: its interpreter closes too."""
 
 
 def _stop_words(
@@ -589,7 +592,7 @@ def _stop_words(
             "interpreter was killed: its variables, imports and tasks are gone, and the next "
             f"run starts a fresh interpreter.{more}"
         )
-    if reason == CLOSING:
+    if reason in (CLOSING, SHELL_CLOSING):
         # Its interpreter closes with the runtime (or the shell): nothing of it is kept.
         return (
             f"{first} It was interrupted and stopped within the grace period, and the "

@@ -453,7 +453,7 @@ class Runtime:
         self._closed = True
         await asyncio.gather(
             self._background.cancel_all(CLOSING),
-            *(shell.close() for shell in self._shells.values()),
+            *(shell.close(CLOSING) for shell in self._shells.values()),
             return_exceptions=True,
         )
         if self._pool is not None:

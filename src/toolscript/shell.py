@@ -31,7 +31,7 @@ from .host.interpreter import (
 from .host.journal import Journal
 from .host.pool import CapReached, InterpreterPool
 from .results import (
-    CLOSING,
+    SHELL_CLOSING,
     ScriptResult,
     broken_reset_words,
     render_output,
@@ -427,15 +427,16 @@ class Shell:
             text_limit=self._services.settings.text_limit,
         )
 
-    async def close(self) -> None:
+    async def close(self, reason: str = SHELL_CLOSING) -> None:
         """Stop this shell's interpreter (bounded). The shell can run again afterwards.
 
         A script still running is stopped first (interrupt, then a kill after the grace
-        period), so its run returns as cancelled and is journaled before the journal closes.
+        period), so its run returns as cancelled, giving `reason`, and is journaled before
+        the journal closes.
         """
         interpreter = self._interpreter
         if interpreter is not None and self._running is not None:
-            await interpreter.stop(CLOSING, self._services.settings.grace)
+            await interpreter.stop(reason, self._services.settings.grace)
             if self._ended is not None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._ended.wait(), OUTPUT_END_WAIT + SHUTDOWN_WAIT)

@@ -184,3 +184,24 @@ async def test_a_runtime_not_started_says_how_to_start_it() -> None:
     runtime = Runtime(journal=":memory:")
     with pytest.raises(RuntimeClosedError, match="async with"):
         await runtime.run("1")
+
+
+@pytest.mark.timeout(30)
+async def test_closing_a_shell_says_the_shell_was_closed_not_the_runtime(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    runtime = await make_runtime()
+    started_file = tmp_path / "started"
+    shell = runtime.shell("s")
+    running = asyncio.ensure_future(
+        shell.run(
+            f"import pathlib, time\npathlib.Path({str(started_file)!r}).touch()\ntime.sleep(60)"
+        )
+    )
+    await wait_for_file(started_file)
+    await shell.close()
+    result = await asyncio.wait_for(running, 10)
+    assert result.status == "cancelled", result.text
+    assert "the shell was closed" in result.note and "runtime" not in result.note, result.note
+    assert "its variables are gone" in result.note
+    assert (await runtime.shell("other").run("1")).value == "1"

@@ -265,3 +265,56 @@ def test_the_output_so_far_states_the_captures_cut_too() -> None:
     more = int(first.split(" and ")[1].split()[0].replace(",", ""))
     kept = shown.split("\n", 2)[2]
     assert tail.endswith(kept) and len(head) + len(tail) == more + len(kept)
+
+
+@pytest.mark.timeout(60)
+async def test_a_huge_value_is_cut_and_said_so_and_the_interpreter_stays(runtime: Runtime) -> None:
+    # Whole, an 80 MB repr made a frame over the channel's bound: the interpreter was killed
+    # as if the script had broken the protocol, and its state was lost.
+    result = await runtime.run("x = 1\n'q' * 80_000_000", time_limit=30)
+    assert result.status == "ok", result.text
+    value = result.value or ""
+    assert len(value) < 1_100_000 and "characters: " in value and "are cut here" in value
+    assert value.startswith("'qqq") and value.endswith("qqq'")
+    after = await runtime.run("x")
+    assert (after.value, after.generation) == ("1", result.generation), after.text
+
+
+@pytest.mark.timeout(30)
+async def test_a_time_limit_that_comes_while_the_value_is_written_is_a_time_limit(
+    runtime: Runtime,
+) -> None:
+    code = (
+        "class Slow:\n"
+        "    def __repr__(self):\n"
+        "        import time\n"
+        "        time.sleep(100)\n"
+        "        return 'never'\n"
+        "Slow()\n"
+    )
+    result = await runtime.run(code, time_limit=1)
+    assert result.status == "time_limit", result.text
+
+
+@pytest.mark.timeout(20)
+async def test_what_a_script_printed_to_a_closed_stdout_is_its_own_not_the_next_ones(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime()
+    first = await runtime.run("import os\nos.close(1)\nprint('from script 1')")
+    second = await runtime.run("print('from script 2')")
+    assert "from script 1" not in second.stdout, second.stdout
+    assert second.stdout == "from script 2\n"
+    assert first.stdout in ("", "from script 1\n")
+
+
+@pytest.mark.timeout(20)
+async def test_a_sigint_the_script_sends_itself_is_its_own_error_not_a_cancel(
+    runtime: Runtime,
+) -> None:
+    result = await runtime.run(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(1)\n"
+    )
+    assert result.status == "error", result.text
+    assert "Cancelled by the caller" not in result.text
+    assert "SIGINT" in (result.error or ""), result.text
