@@ -124,3 +124,36 @@ async def test_ctrl_c_stops_exec_and_says_which_calls_may_still_take_effect(
     assert process.returncode == 130, out + err
     assert out.startswith("exit 130 · cancelled"), out + err
     assert "Stopped by SIGINT" in out and "- slow(n=50)" in out, out
+
+
+@pytest.mark.timeout(60)
+async def test_sigterm_on_exec_json_prints_the_result_as_json_with_the_output_so_far(
+    tmp_path: Path,
+) -> None:
+    started = tmp_path / "started"
+    script = tmp_path / "script.py"
+    script.write_text(
+        f"import time\nprint('before the signal', flush=True)\nopen({str(started)!r}, 'w')\n"
+        "time.sleep(60)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "toolscript.cli", "exec", str(script), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment(tmp_path),
+        cwd=tmp_path,
+    )
+    try:
+        await wait_for_file(started, 30)
+        process.send_signal(signal.SIGTERM)
+        out, err = await asyncio.to_thread(process.communicate, None, 30)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 128 + signal.SIGTERM, out + err
+    result = json.loads(out)
+    assert result["status"] == "cancelled", result
+    assert result["stdout"] == "before the signal\n", result
+    assert "SIGTERM" in result["note"], result

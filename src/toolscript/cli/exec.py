@@ -91,7 +91,7 @@ def exec_command(args: argparse.Namespace) -> int:
             run = asyncio.ensure_future(shell.run(code, time_limit=args.time_limit))
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(signum, _stop, run, signum, stopped_by)
+                loop.add_signal_handler(signum, _stop, run, shell, signum, stopped_by)
             try:
                 return await run
             except asyncio.CancelledError:
@@ -102,6 +102,15 @@ def exec_command(args: argparse.Namespace) -> int:
 
     result = asyncio.run(main())
     if isinstance(result, str):
+        if args.as_json:
+            import json
+
+            result = json.dumps(
+                {"status": "cancelled", "exit_code": 128 + stopped_by[0], "text": result},
+                indent=2,
+                ensure_ascii=False,
+            )
+            result += "\n"
         sys.stdout.write(result)
         sys.stdout.flush()
         return 128 + stopped_by[0]
@@ -109,20 +118,38 @@ def exec_command(args: argparse.Namespace) -> int:
         import json
 
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    elif stopped_by:
+        # Its first line says how the command ends, as it does for any run.
+        name = signal.Signals(stopped_by[0]).name
+        _, _, rest = result.text.partition("\n")
+        sys.stdout.write(
+            f"exit {128 + stopped_by[0]} · cancelled\n\nStopped by {name}: the script was "
+            f"interrupted.\n{rest}"
+        )
     else:
         sys.stdout.write(result.text)
     sys.stdout.flush()
-    return int(result.exit_code)
+    return 128 + stopped_by[0] if stopped_by else int(result.exit_code)
 
 
-def _stop(run: Any, signum: int, stopped_by: list[int]) -> None:
+def _stop(run: Any, shell: Any, signum: int, stopped_by: list[int]) -> None:
     """Ctrl-C (or SIGTERM): stop the script as a cancel does (interrupt, then a kill after
-    the grace period), noting the signal in `stopped_by`; a second one does not wait for
-    the grace."""
+    the grace period), noting the signal in `stopped_by`, so that its result (its output
+    and calls so far) is printed as any result is; a second one does not wait for the
+    grace."""
     if stopped_by:
         raise SystemExit(128 + signum)
     stopped_by.append(signum)
-    run.cancel()
+    interpreter = shell._interpreter
+    if interpreter is None or not interpreter.busy:
+        run.cancel()  # not started yet: nothing of it ran
+        return
+    import asyncio
+
+    name = signal.Signals(signum).name
+    grace = shell._services.settings.grace
+    stopping = asyncio.ensure_future(interpreter.stop(f"stopped by {name}", grace))
+    stopping.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 def _interrupted(rt: Any, shell: str, signum: int) -> str:
