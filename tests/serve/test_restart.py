@@ -350,6 +350,49 @@ async def test_a_killed_server_that_keeps_its_interpreters_gives_back_scripts_an
     )
 
 
+async def test_a_foreground_run_a_kept_interpreter_went_on_with_answers_its_resumed_stream(
+    tmp_path: Path,
+) -> None:
+    # The server is killed while a foreground run_python runs; its interpreter is kept, and
+    # the script goes on. The client resumes the run's stream from the next server: the
+    # answer is the script's own result, not a word that it was stopped.
+    gate, running_mark = tmp_path / "gate", tmp_path / "running"
+    async with (
+        http_server(tmp_path, "--keep-interpreters") as first,
+        session_on(first) as (client, named),
+    ):
+        session_id = named[-1]
+        run_events, note_run = collector()
+        in_flight = asyncio.ensure_future(
+            client.send_request(
+                run_python(gated(gate, running_mark) + "'went on'", time_limit_s=120),
+                types.CallToolResult,
+                metadata=ClientMessageMetadata(on_resumption_token_update=note_run),
+            )
+        )
+        await wait_for_file(running_mark, 60)
+        await eventually(lambda: len(run_events) >= 1, 30, "the run's stream had no event id")
+        first.process.send_signal(signal.SIGKILL)
+        await first.process.wait()
+        in_flight.cancel()
+        with contextlib.suppress(BaseException):
+            await in_flight
+
+    gate.touch()  # the script goes on while no server runs
+    async with (
+        http_server(tmp_path, "--keep-interpreters") as second,
+        session_on(second, session_id=session_id) as (client, _),
+    ):
+        resumed = await client.send_request(
+            run_python(""),
+            types.CallToolResult,
+            metadata=ClientMessageMetadata(resumption_token=run_events[0]),
+        )
+        assert not resumed.is_error, text(resumed)
+        assert structured(resumed)["value"] == "'went on'", text(resumed)
+        assert "restarted while this request ran" not in text(resumed)
+
+
 def kept_results(folder: Path) -> dict[str, str]:
     """The background results the journal of the servers in `folder` keeps, by script id."""
     with contextlib.closing(sqlite3.connect(folder / "journal.sqlite3")) as journal:

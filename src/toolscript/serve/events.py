@@ -18,6 +18,7 @@ the replay ends it with an error saying so, which is stored too.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import anyio.to_thread
 from mcp.server.streamable_http import (
@@ -99,13 +100,40 @@ class SessionEvents(EventStore):
                 message = jsonrpc_message_adapter.validate_json(event.message, by_name=False)
                 await send_callback(EventMessage(message, str(event.event_id)))
         if not found.answered and not found.by_this_host and found.stream != GET_STREAM_KEY:
-            ended = JSONRPCError(
-                jsonrpc="2.0",
-                id=_request_id(found.stream),
-                error=ErrorData(code=INTERNAL_ERROR, message=RESTARTED_MID_REQUEST),
-            )
+            taken_back = await self._taken_back_result()
+            ended: JSONRPCMessage
+            if taken_back is not None:
+                # Kept through the restart (`--keep-interpreters`): the script went on, and
+                # its own result answers the request.
+                ended = JSONRPCResponse(
+                    jsonrpc="2.0", id=_request_id(found.stream), result=taken_back
+                )
+            else:
+                ended = JSONRPCError(
+                    jsonrpc="2.0",
+                    id=_request_id(found.stream),
+                    error=ErrorData(code=INTERNAL_ERROR, message=RESTARTED_MID_REQUEST),
+                )
             await send_callback(EventMessage(ended, await self.store_event(found.stream, ended)))
         return found.stream
+
+    async def _taken_back_result(self) -> dict[str, Any] | None:
+        """The result, as `run_python` answers, of the script this session's shell was
+        running when the server before this one died, if the runtime took it back from its
+        keeper (once it ends); `None` if it took none back."""
+        journal = self.runtime.journal
+        kept = await anyio.to_thread.run_sync(journal.serve_session, self.session_id)
+        if kept is None:
+            return None
+        outcome = await self.runtime.shell(kept.shell).recovered()
+        if outcome is None:
+            return None
+        from ..actions import Answer
+        from .server import _content
+
+        content = _content(Answer.of(outcome))
+        result: dict[str, Any] = content.model_dump(by_alias=True, exclude_none=True)
+        return result
 
 
 def _request_id(stream_id: str) -> str | int:
