@@ -18,7 +18,6 @@ into its script's report (a record for the first 1,000, a count per tool beyond)
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -235,6 +234,7 @@ class CallLedger:
         between = self._between
         current = self._tally if self._tally is not None else between
         made_at = time.time()  # one reading for the frames of one read
+        broken = True  # until every frame was taken
         try:
             for frame in frames:
                 n = frame.get("n")
@@ -275,14 +275,14 @@ class CallLedger:
                 else:
                     assert type(args) is dict
                     todo.append((n, call, args))
+            broken = False
         finally:
             # Calls before a frame that was not one were made all the same: journaled, though
             # not dispatched (the interpreter is replaced), so they are reported pending.
-            broken = sys.exc_info()[1]
             try:
                 self._journal.record_calls(starts)
             except OSError as error:
-                if broken is None:
+                if not broken:
                     # Recorded before it is acted on, or not made at all: the host's own
                     # trouble, not the script's, and the interpreter stays.
                     reason = (
