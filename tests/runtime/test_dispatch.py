@@ -223,6 +223,53 @@ async def test_a_handler_that_exits_or_is_interrupted_is_an_error_and_the_host_l
     assert "ToolError: SystemExit: 0" in (again.error or ""), again.text
 
 
+async def test_a_tools_timeout_holds_for_a_handler_that_ignores_its_cancellation(
+    make_runtime: MakeRuntime,
+) -> None:
+    # A handler may catch the cancellation to clean up, for a moment; one that goes on
+    # waiting is left where it waits, and the call ends at its timeout all the same.
+    cleaned: list[str] = []
+
+    @tool(timeout=0.5)
+    async def deaf() -> str:
+        """Ignores cancellation."""
+        while True:
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                pass
+
+    @tool(timeout=0.5)
+    async def tidy() -> str:
+        """Cleans up when cancelled, then gives up."""
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)
+            cleaned.append("tidy")
+            raise
+        return "never"
+
+    runtime = await make_runtime(tools=[deaf, tidy])
+    code = (
+        "said = []\n"
+        "for call in (deaf, tidy):\n"
+        "    try:\n"
+        "        await call()\n"
+        "    except ToolTimeout as error:\n"
+        "        said.append(type(error).__name__)\n"
+        "said"
+    )
+    result = await runtime.run(code, time_limit=20)
+    assert result.status == "ok", result.text
+    assert result.value == "['ToolTimeout', 'ToolTimeout']", result.text
+    assert [(r.tool, r.fate, r.cause) for r in result.calls.records] == [
+        ("deaf", "pending", "tool_timeout"),
+        ("tidy", "pending", "tool_timeout"),
+    ]
+    assert cleaned == ["tidy"]
+
+
 async def test_closing_the_runtime_cancels_a_burst_still_waiting(
     make_runtime: MakeRuntime,
 ) -> None:

@@ -216,6 +216,17 @@ def _answer_to(key: str, error: Exception, timeout: float | None) -> Answer:
     return Answer("error", message, message)
 
 
+CLEANUP_WAIT = 1.0
+"""Seconds a handler that caught its cancellation (the tool's timeout, or the runtime's
+close) may go on, to clean up, before it is left where it waits."""
+
+
+# Goal: a call ends at its tool's timeout, whatever its handler does. What fails: waiting for
+# the handler once it is cancelled: one that catches the cancellation and goes on holds the
+# call, and its script, for as long as it likes. What we do: a handler that catches it may go
+# on for `CLEANUP_WAIT` seconds (to close what it opened, say), then is cancelled again; one
+# that catches that too is left where it waits, never resumed, and the call ends as it would
+# have (a timeout answer, or the runtime's close).
 @types.coroutine
 def _resume(
     steps: Generator[Any, None, Any], waiting: Any, context: contextvars.Context | None
@@ -227,19 +238,41 @@ def _resume(
     and what the task throws in (a cancellation, the timeout's) goes on to the handler.
     """
     run = _call if context is None else context.run
-    while True:
-        try:
-            sent = yield waiting
-        except BaseException as error:
+    again: asyncio.TimerHandle | None = None
+    fired: list[bool] = []
+    task = asyncio.current_task()
+
+    def cancel_again() -> None:
+        fired.append(True)
+        if task is not None:
+            task.cancel()
+
+    try:
+        while True:
             try:
-                waiting = run(steps.throw, error)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                waiting = run(steps.send, sent)
-            except StopIteration as stop:
-                return stop.value
+                sent = yield waiting
+            except BaseException as error:
+                try:
+                    waiting = run(steps.throw, error)
+                except StopIteration as stop:
+                    return stop.value
+                if isinstance(error, asyncio.CancelledError):
+                    if fired:
+                        raise error from None  # it caught the second one too: left there
+                    if again is None:
+                        again = asyncio.get_running_loop().call_later(CLEANUP_WAIT, cancel_again)
+            else:
+                try:
+                    waiting = run(steps.send, sent)
+                except StopIteration as stop:
+                    return stop.value
+    except asyncio.CancelledError:
+        if fired and task is not None:
+            task.uncancel()  # the second cancel was this one's own, not the task's
+        raise
+    finally:
+        if again is not None:
+            again.cancel()
 
 
 def _call(function: Callable[..., Any], *args: Any) -> Any:
