@@ -9,7 +9,7 @@ line per event the test waits for: `result <shell> <status> <script id> <value>`
 With `die_at` (`[step, n]`, a step of `STEPS` or `answer_journaled`), the host SIGKILLs
 itself right after the `n`-th time it takes that step, so a test can stop it exactly there;
 with `seen_read`, as it reads the first acknowledgement that code took an answer, before it
-records it.
+records it; with `answer_sent`, after it sent its `n`-th answer and before it journaled it.
 Scripts signal the test with files in the shared folder and wait for it on FIFOs there;
 nothing here waits on time.
 """
@@ -71,6 +71,20 @@ HOST = textwrap.dedent(
                 return acknowledged(self, acks, seen, on_call)
 
             CallLedger.acknowledged = die_on_seen
+            step = None
+        elif step == "answer_sent":
+            # The host sends an answer, then journals it: it dies in between, the answer in
+            # the kernel's hands and not in the journal.
+            record_answers = Journal.record_answers
+            sent = []
+
+            def die_before_journaling(self, answers):
+                sent.append(1)
+                if len(sent) == nth:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return record_answers(self, answers)
+
+            Journal.record_answers = die_before_journaling
             step = None
         owner, name = {
             "board_written": (KernelProcess, "script_began"),

@@ -236,6 +236,41 @@ async def test_a_call_whose_seen_the_killed_host_read_and_never_recorded_is_repo
 
 
 @pytest.mark.timeout(90)
+async def test_an_answer_the_killed_host_sent_and_never_journaled_is_taken_as_the_kernel_says(
+    hosts: Hosts,
+) -> None:
+    # The journal has the call and no answer; the kernel has the answer, and the script takes
+    # it only after the next host took the kernel back. Its word that the answer arrived is
+    # all there is to go on: no protocol violation, and the call is seen.
+    code = (
+        "import asyncio\n"
+        "task = asyncio.ensure_future(record(key='s2'))\n"
+        "await asyncio.sleep(0)  # the call goes out\n"
+        + signal_file(hosts, "waiting")
+        + gate(hosts, "go")
+        + "await asyncio.sleep(0.5)  # the next host takes the kernel back meanwhile\n"
+        "await task\n"
+    )
+    host = await hosts.start(
+        [["main", "x = 1", 30, True], ["main", code, 30, False]], die_at=["answer_sent", 1]
+    )
+    await host.line("kernel")
+    assert await asyncio.wait_for(host.process.wait(), WAIT) == -signal.SIGKILL
+    await wait_for_file(hosts.shared / "waiting", WAIT)
+
+    async with _runtime(hosts) as rt:
+        await open_gate(hosts, "go")
+        result = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert result is not None and result.status == "ok", result and result.text
+        assert result.value == "'recorded s2'", result.text
+        [record] = result.calls.records
+        assert (record.tool, record.fate) == ("record", "seen"), result.text
+        again = await rt.shell("main").run("x")
+        assert (again.value, again.generation) == ("1", result.generation), again.text
+    assert len(count(hosts.shared, "effects", "record", "s2")) == 1
+
+
+@pytest.mark.timeout(90)
 async def test_a_held_call_the_script_gave_up_on_while_no_host_was_attached_keeps_its_cause(
     hosts: Hosts,
 ) -> None:

@@ -71,6 +71,7 @@ class _Call:
         "answered_at",
         "args_brief",
         "before_start",
+        "earlier",
         "folded",
         "from_journal",
         "host_cause",
@@ -103,6 +104,7 @@ class _Call:
         self.before_start = False
         self.folded = False
         self.from_journal = False  # answered by a host that is gone, delivered by this one
+        self.earlier = False  # made under a host that is gone, with no answer in the journal
 
 
 class _Tally:
@@ -358,6 +360,10 @@ class CallLedger:
                 if record.cause is not None:  # answered by its host, not its tool (`in_doubt`)
                     call.host_cause = record.cause
                     call.answer_sent = True
+                elif record.answered_at is None:
+                    # The host before may have sent its answer and died before it journaled
+                    # it: the kernel's word that it arrived is then all there is to go on.
+                    call.earlier = True
                 self._calls[n] = call
                 tally.open[n] = call
 
@@ -474,7 +480,7 @@ class CallLedger:
             call = calls.get(n) if type(n) is int else None
             return (
                 call is not None
-                and (call.answer_sent or not answered)
+                and (call.answer_sent or call.earlier or not answered)
                 and not call.kernel_seen
                 and call.unwaited is None
             )
@@ -513,6 +519,8 @@ class CallLedger:
 
     def _seen(self, n: int, fates: list[FateRow]) -> None:
         call = self._calls.get(n)
+        if call is not None and call.earlier:
+            call.answer_sent = True  # answered by the host before, unjournaled: see `adopt`
         if call is None or call.kernel_seen or call.unwaited is not None or not call.answer_sent:
             call = self._acknowledgeable(n, "seen")
             if call is None:
@@ -541,6 +549,8 @@ class CallLedger:
                 f"the kernel said it stopped waiting for call {n} ({call.tool}), which it "
                 "had refused itself and never waited for"
             )
+        if arrived and call.earlier:
+            call.answer_sent = True  # answered by the host before, unjournaled: see `adopt`
         if arrived and not call.answer_sent:
             raise ProtocolViolation(
                 f"the kernel said the answer of call {n} ({call.tool}) had arrived, but the "
