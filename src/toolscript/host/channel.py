@@ -42,9 +42,10 @@ HOGGING = 0.2
 reading that kernel for as long again (`Channel.received`)."""
 
 HEAVY_FRAME = 1 << 20
-"""A read holding a frame of at least this many bytes rests its kernel for as long as its
-handling took, however short (`Channel.received`): a script's calls and acknowledgements
-come in frames of a few hundred bytes; a larger one is rare, or forged to cost the host."""
+"""A read that holds, with the frame begun before it, at least this many bytes rests its
+kernel for as long as its handling took, however short (`Channel.received`): a script's
+calls and acknowledgements come in frames of a few hundred bytes; a larger one is rare, or
+forged to cost the host."""
 
 
 class Channel:
@@ -67,8 +68,7 @@ class Channel:
         self._busy = busy
         self._loop = loop
         self._transport: asyncio.Transport | None = None
-        self._reader = wire.FrameReader(wire.MAX_FRAME, self._decode)
-        self._heavy = False  # a frame over `HEAVY_FRAME` was decoded in this read
+        self._reader = codec.reader()
         self._outbox: list[bytes] = []
         self._outbox_reply_due = False  # a frame waiting in the outbox will be replied to
         self._wrote_alone = False  # a frame went out alone since the kernel last spoke
@@ -278,9 +278,11 @@ class Channel:
     # so such a kernel has at most half of the loop; a script's own calls never take that
     # long (a thousand calls of a `gather` take a few milliseconds). Frames that each cost
     # just under that would escape it, one after another: a read that holds a frame of
-    # `HEAVY_FRAME` bytes or more rests the kernel for as long as it took, whatever that is.
+    # `HEAVY_FRAME` bytes or more rests the kernel for as long as it took, whatever that is
+    # (told once per read, by what it and the frame begun before it hold).
     def received(self, data: bytes | memoryview) -> None:
         self._wrote_alone = False
+        heavy = len(data) + self._reader.pending >= HEAVY_FRAME
         started = time.perf_counter()
         try:
             messages = self._reader.feed(data)
@@ -295,14 +297,8 @@ class Channel:
             # asyncio and be misreported as a channel the kernel closed.
             self._broke(f"a frame the host could not handle ({type(error).__name__}: {error})")
         spent = time.perf_counter() - started
-        if spent > HOGGING or self._heavy:
-            self._heavy = False
+        if spent > HOGGING or heavy:
             self._rest(spent)
-
-    def _decode(self, body: bytes) -> wire.Message:
-        if len(body) >= HEAVY_FRAME:
-            self._heavy = True
-        return codec.decode_body(body)
 
     def _rest(self, seconds: float) -> None:
         """Read nothing more from this kernel for `seconds`."""

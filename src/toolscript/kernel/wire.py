@@ -361,6 +361,11 @@ class FrameReader:
         self._max_frame = max_frame
         self._decode = decode or decode_body
 
+    @property
+    def pending(self) -> int:
+        """Bytes held of a frame not yet complete."""
+        return len(self._buffer)
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
         """Every message completed by `data`. `data` may be a view of the caller's receive
         buffer: nothing here keeps it past the call (a partial frame is copied)."""
