@@ -564,6 +564,17 @@ CLOSING = "the runtime was closed"
 SHELL_CLOSING = "the shell was closed"
 """The stop reason of a script whose shell closes: its interpreter closes too."""
 
+COMMAND_STOPPED = "toolscript exec was stopped by "
+"""The start of the stop reason of a script whose `toolscript exec` got a signal (the
+signal's name follows): the command, and the interpreter with it, ends after the stop."""
+
+_DEFAULT_CANCEL = "cancelled by the caller"
+
+
+def _closes_with_stop(reason: str | None) -> bool:
+    """Whether a stop for `reason` ends the interpreter too, so nothing of it is kept."""
+    return reason in (CLOSING, SHELL_CLOSING) or (reason or "").startswith(COMMAND_STOPPED)
+
 
 def _stop_words(
     reason: str | None, limit: float, settings: Settings, *, killed: bool, one_off: bool = False
@@ -575,7 +586,11 @@ def _stop_words(
             f"{settings.max_time_limit:g} s), or split the work."
         )
     else:
-        first = f"Cancelled by the caller ({reason or 'cancelled'})."
+        first = (
+            "Cancelled by the caller."
+            if reason in (None, "", "cancelled", _DEFAULT_CANCEL)
+            else f"Cancelled by the caller ({reason})."
+        )
         more = ""
     if one_off:
         # Its interpreter was its own and ends with it: nothing is kept, nothing runs next.
@@ -589,10 +604,14 @@ def _stop_words(
     if killed:
         return (
             f"{first} It did not stop within {settings.grace:g} s of the interrupt, so the "
-            "interpreter was killed: its variables, imports and tasks are gone, and the next "
-            f"run starts a fresh interpreter.{more}"
+            "interpreter was killed: its variables, imports and tasks are gone"
+            + (
+                "."
+                if _closes_with_stop(reason)
+                else f", and the next run starts a fresh interpreter.{more}"
+            )
         )
-    if reason in (CLOSING, SHELL_CLOSING):
+    if _closes_with_stop(reason):
         # Its interpreter closes with the runtime (or the shell): nothing of it is kept.
         return (
             f"{first} It was interrupted and stopped within the grace period, and the "

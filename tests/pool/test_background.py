@@ -234,7 +234,6 @@ async def test_a_cancelled_background_scripts_note_keeps_no_variables(
     assert result.status == "cancelled", result.text
     # The note's last line is the cancel's (without a sandbox, a line before it says so).
     assert result.note.splitlines()[-1] == (
-        "Cancelled by the caller (cancelled by the caller). It was interrupted and stopped "
-        "within the grace period."
+        "Cancelled by the caller. It was interrupted and stopped within the grace period."
     )
     assert "kept" not in result.text and "next run" not in result.text

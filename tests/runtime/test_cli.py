@@ -124,6 +124,7 @@ async def test_ctrl_c_stops_exec_and_says_which_calls_may_still_take_effect(
     assert process.returncode == 130, out + err
     assert out.startswith("exit 130 · cancelled"), out + err
     assert "Stopped by SIGINT" in out and "- slow(n=50)" in out, out
+    assert "kept" not in out, out
 
 
 @pytest.mark.timeout(60)
@@ -157,3 +158,5 @@ async def test_sigterm_on_exec_json_prints_the_result_as_json_with_the_output_so
     assert result["status"] == "cancelled", result
     assert result["stdout"] == "before the signal\n", result
     assert "SIGTERM" in result["note"], result
+    # The command ends, and its interpreter with it: nothing of the script is kept.
+    assert "kept" not in result["note"] and "variables are gone" in result["note"], result

@@ -148,7 +148,9 @@ def _stop(run: Any, shell: Any, signum: int, stopped_by: list[int]) -> None:
 
     name = signal.Signals(signum).name
     grace = shell._services.settings.grace
-    stopping = asyncio.ensure_future(interpreter.stop(f"stopped by {name}", grace))
+    from ..results import COMMAND_STOPPED
+
+    stopping = asyncio.ensure_future(interpreter.stop(f"{COMMAND_STOPPED}{name}", grace))
     stopping.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
