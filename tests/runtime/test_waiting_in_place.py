@@ -142,3 +142,34 @@ async def test_a_script_that_closes_the_selector_under_a_waiting_call_ends_and_i
     after = await runtime.run("await noop(x=3)")
     assert after.status == "ok" and after.value == "3", after.text
     assert after.generation != result.generation
+
+
+@tool
+async def slow(x: int) -> int:
+    """Return x after a tenth of a second: longer than the kernel's busy polling."""
+    await asyncio.sleep(0.1)
+    return x
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param("await slow(x=1, timeout=3_000_000)", id="a call's timeout of 35 days"),
+        pytest.param("await slow(x=1, timeout=float('inf'))", id="a call's timeout of inf"),
+        pytest.param(
+            "import asyncio\nasyncio.get_running_loop().call_later(3e6, print)\nawait slow(x=1)",
+            id="a timer of the script's 35 days away",
+        ),
+    ],
+)
+async def test_a_call_waits_in_place_however_far_off_the_next_timer_is(
+    make_runtime: MakeRuntime, code: str
+) -> None:
+    # The wait in the selector is bounded as the loop's own is: a timer days away must not
+    # overflow the selector's timeout and leave the call unread.
+    runtime = await make_runtime(tools=[slow])
+    result = await runtime.run(code)
+    assert result.status == "ok", result.text
+    assert result.value == "1"
+    assert result.calls.by_fate == {"seen": 1}

@@ -44,6 +44,9 @@ from .stop import end_what_it_started, in_internal_code, nothing_left_running
 from .streams import ScriptOutput
 from .wire import BATCH, ChannelReader, FrameError, FrameReader, encode
 
+_LONGEST_SELECT = 24 * 3600.0
+"""The longest a wait in the selector lasts, as asyncio's own (`MAXIMUM_SELECT_TIMEOUT`)."""
+
 if TYPE_CHECKING:
     from .wire import BoundFrame, DoneFrame, ExecFrame, HoldingFrame, SetupFrame
 
@@ -199,6 +202,9 @@ class Kernel:
                 timeout = loop._scheduled[0]._when - loop.time()
                 if timeout <= 0:
                     return
+                # As the loop bounds its own select: a timer days away (a call's long
+                # `timeout=`, a script's `call_later`) overflows the selector's.
+                timeout = min(timeout, _LONGEST_SELECT)
             try:
                 events = select(timeout)
             except (OSError, ValueError):
