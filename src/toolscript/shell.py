@@ -27,6 +27,7 @@ from .host.interpreter import (
     Interpreter,
     InterpreterStartError,
     Outcome,
+    code_too_large,
 )
 from .host.journal import Journal
 from .host.pool import CapReached, InterpreterPool
@@ -191,6 +192,9 @@ class Shell:
         limit = settings.default_time_limit if time_limit is None else time_limit
         if not isinstance(code, str):
             return limit, "code must be a string of Python source"
+        too_large = code_too_large(code)
+        if too_large is not None:
+            return limit, too_large
         try:
             positive_seconds("time_limit", limit)
         except ValueError as error:

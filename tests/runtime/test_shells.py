@@ -179,6 +179,22 @@ async def test_a_time_limit_over_the_maximum_is_refused_saying_why(
     assert (await runtime.run("1", time_limit=5)).status == "ok"
 
 
+@pytest.mark.timeout(60)
+async def test_a_script_too_large_for_the_channel_is_refused_and_the_shell_kept(
+    runtime: Runtime,
+) -> None:
+    # Sent anyway, the kernel would take the frame for a broken host and exit: a "crash"
+    # of a script that never ran, and the shell's variables gone.
+    shell = runtime.shell()
+    first = await shell.run("kept = 1")
+    result = await shell.run("x = 1  # " + "y" * 70_000_000)
+    assert result.status == "refused", result.text
+    assert "Nothing ran" in result.note and "64 MiB" in result.note
+    after = await shell.run("kept")
+    assert after.status == "ok" and after.value == "1", after.text
+    assert after.generation == first.generation
+
+
 @pytest.mark.parametrize(
     ("code", "value"),
     [

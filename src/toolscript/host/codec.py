@@ -30,6 +30,16 @@ def encode(message: wire.Frame) -> bytes:
     return _pack(len(body)) + body
 
 
+def encoded_size(text: str) -> int:
+    """The bytes `text` takes as a JSON string in a frame."""
+    try:
+        return len(_orjson_dumps(text))
+    except TypeError:  # a lone surrogate: escaped, as `encode` falls back to
+        import json
+
+        return len(json.dumps(text))
+
+
 def decode_body(body: bytes) -> wire.Message:
     """Decode one frame's body; any failure is a `wire.FrameError`."""
     if len(body) > wire.CONTAINERS_FROM and wire.too_many_containers(body):

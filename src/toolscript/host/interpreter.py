@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, cast
 from ..kernel import wire
 from ..kernel.descriptors import BROKEN_EXIT
 from ..kernel.names import MAX_NAMES
+from . import codec
 from .calls import CallLedger, CallReport, NotJournaled
 from .catalogue import ToolCatalogue
 from .channel import CHANNEL_LOST_WAIT, CHECK_DELAY, CHECK_WAIT, Channel
@@ -56,6 +57,24 @@ __all__ = [
     "Outcome",
     "describe_exit",
 ]
+
+LONGEST_CODE = wire.MAX_FRAME - 64 * 1024
+"""Bytes a script's source may take in its `exec` frame (the rest: the frame's other fields)."""
+
+
+def code_too_large(code: str) -> str | None:
+    """Why the channel cannot carry `code` to the kernel, or None: the kernel takes a frame
+    over `wire.MAX_FRAME` for a broken host and exits, which would read as the script's crash."""
+    if len(code) * 6 <= LONGEST_CODE:  # no character takes more than 6 bytes as JSON
+        return None
+    size = codec.encoded_size(code)
+    if size <= LONGEST_CODE:
+        return None
+    return (
+        f"the script is {size / 1e6:,.0f} MB as sent to the interpreter, over the "
+        f"{wire.MAX_FRAME >> 20} MiB limit of its channel"
+    )
+
 
 OUTPUT_END_WAIT = 2.0
 """Seconds to wait, after a script ends, for its output's end marker on both pipes."""
