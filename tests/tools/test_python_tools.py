@@ -350,3 +350,27 @@ def test_a_return_typed_with_typing_typeddict_gives_its_keys_even_before_python_
     assert "-> Station | None:" in prompt, prompt
     assert "class Reading(TypedDict):" in prompt and "unit: Literal['C', 'F']" in prompt
     assert "name: NotRequired[str]" in prompt and "readings: NotRequired[list[Reading]]" in prompt
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"timeout": -1}, "timeout"),
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": float("nan")}, "timeout"),
+        ({"timeout": float("inf")}, "timeout"),
+        ({"timeout": "5"}, "timeout"),
+        ({"timeout": True}, "timeout"),
+        ({"name": ""}, "name"),
+        ({"name": 3}, "name"),
+        ({"description": 3}, "description"),
+    ],
+)
+def test_a_bad_option_of_tool_is_refused_naming_it(options: dict[str, Any], named: str) -> None:
+    # As `Runtime(tool_timeout=-1)` is: at once, not as a failure of every call later.
+    def answer(x: int) -> int:
+        """Answer."""
+        return x
+
+    with pytest.raises(ValueError, match=f"^tool: {named} must be"):
+        tool(**options)(answer)

@@ -31,6 +31,7 @@ import asyncio
 import collections.abc
 import functools
 import inspect
+import math
 import sys
 import types
 import typing
@@ -228,8 +229,23 @@ def tool(
     `name` and `description` replace the function's name and docstring; `timeout` bounds one
     call in seconds (default: the runtime's `tool_timeout`); `read_only`, `destructive` and
     `idempotent` are hints about its behaviour. Raises `TypeError` for a function that cannot
-    be a tool (`*args`, unresolvable type hints, a type with no JSON Schema).
+    be a tool (`*args`, unresolvable type hints, a type with no JSON Schema), and
+    `ValueError` naming the option for a `timeout` that is not a positive number of seconds,
+    or a `name` or `description` that is not a string.
     """
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ValueError(
+            f"tool: timeout must be a positive, finite number of seconds, not {timeout!r}"
+        )
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError(f"tool: name must be a non-empty string, not {name!r}")
+    if description is not None and not isinstance(description, str):
+        raise ValueError(f"tool: description must be a string, not {description!r}")
     options = {
         "name": name,
         "description": description,
