@@ -214,3 +214,33 @@ def test_a_script_saved_with_a_byte_order_mark_runs_as_python_runs_it(folder: Pa
     done = toolscript("exec", "bom.py", "--sandbox", "off", cwd=folder)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "hello" in done.stdout
+
+
+@pytest.mark.parametrize("command", ["exec", "serve"])
+@pytest.mark.parametrize("journal", ["a-folder", "", "script.py/journal.sqlite3"])
+def test_a_journal_that_cannot_be_opened_is_one_line(
+    folder: Path, command: str, journal: str
+) -> None:
+    (folder / "a-folder").mkdir()
+    arguments = ["exec", "script.py"] if command == "exec" else ["serve"]
+    done = toolscript(*arguments, "--journal", journal, cwd=folder)
+    assert_one_line(done, f"toolscript {command}: error:", "cannot open the journal")
+
+
+def test_a_state_folder_that_is_a_file_is_one_line(folder: Path) -> None:
+    env = {**os.environ}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom toolscript.cli import main\nmain()\n",
+            "exec",
+            "script.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        cwd=folder,
+        env={**env, "PYTHONPATH": SOURCE, "TOOLSCRIPT_STATE": str(folder / "script.py")},
+    )
+    assert_one_line(done, "toolscript exec: error:", "cannot open the journal")

@@ -194,6 +194,18 @@ class JournalFileError(Exception):
         )
 
 
+class JournalOpenError(JournalFileError):
+    """The journal's file cannot be opened or made there (a folder, no permission, ...)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        Exception.__init__(
+            self,
+            f"cannot open the journal {path!r}: {reason}. Point toolscript at another file, "
+            "or at none for the one under the state directory.",
+        )
+
+
 class JournalClosedError(Exception):
     """The journal was used after `close()`."""
 

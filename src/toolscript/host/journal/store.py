@@ -3,6 +3,7 @@ SQLite) and the queries the runtime and the CLI ask."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from .records import (
     JournalCall,
     JournalClosedError,
     JournalFileError,
+    JournalOpenError,
     JournalScript,
     StartRow,
     TakenCall,
@@ -107,14 +109,24 @@ class Journal(_ServeRecords, _WriteBehind):
             path = None
         else:
             path = Path(where).expanduser()
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(
-            MEMORY if path is None else path,
-            isolation_level=None,
-            check_same_thread=False,
-            timeout=_BUSY_TIMEOUT_MS / 1000,
-        )
+        try:
+            if path is not None:
+                if path.is_dir():
+                    raise IsADirectoryError(errno.EISDIR, "it is a folder")
+                if path.parent.exists() and not path.parent.is_dir():
+                    raise NotADirectoryError(errno.ENOTDIR, f"{path.parent} is not a folder")
+                path.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(
+                MEMORY if path is None else path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=_BUSY_TIMEOUT_MS / 1000,
+            )
+        except (OSError, sqlite3.OperationalError) as error:
+            # A folder, an empty name, a parent that is a file, no permission: the caller's
+            # to fix, as a file that is not a database is.
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+            raise JournalOpenError(str(path), str(reason)) from None
         try:
             try:
                 connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
