@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar, overload
@@ -19,6 +19,11 @@ from .host.sandbox import Mount, parse_mounts
 from .results import TEXT_LIMIT
 
 __all__ = ["Settings"]
+
+MountsMapping = Mapping[str, str] | Mapping[Path, str] | Mapping[str | Path, str]
+"""`Runtime(mounts=...)`: host paths, as `str` or `Path`, to how each is shown. (A union: a
+`Mapping` is invariant in its keys, so `Mapping[str | Path, str]` alone refuses a
+`dict[str, str]`.)"""
 
 CHECK_MODES = ("refuse", "warn", "off")
 """The values of `Settings.check`."""
@@ -79,7 +84,7 @@ class Settings:
     """"auto": an OS sandbox where the machine allows one; "required": refuse without; "off"."""
     network: bool = False
     """Share the host's network with the sandbox."""
-    mounts: Mapping[str | Path, str] = field(default_factory=dict)
+    mounts: MountsMapping = field(default_factory=dict)
     """More of the host shown in the sandbox: `{host_path: "ro" | "rw" | "/path" | "/path:rw"}`."""
     workdir: str | Path | None = None
     """A host folder every shell works in, read-write; None: a private folder per shell."""
@@ -126,8 +131,30 @@ class Settings:
             raise ValueError(f"sandbox must be 'auto', 'required' or 'off', not {self.sandbox!r}")
         if self.check not in CHECK_MODES:
             raise ValueError(f"check must be 'refuse', 'warn' or 'off', not {self.check!r}")
-        if not isinstance(self.network, bool):
-            raise ValueError("network must be True or False")
+        for knob, flag in (
+            ("network", self.network),
+            ("fork", self.fork),
+            ("keep_interpreters", self.keep_interpreters),
+        ):
+            if not isinstance(flag, bool):  # "false" from a config file is not False
+                raise ValueError(f"{knob} must be True or False, not {flag!r}")
+        if not isinstance(self.python, str) or not self.python:
+            raise ValueError(f"python must be the path of a Python executable, not {self.python!r}")
+        for knob, mapping in (("env", self.env), ("limits", self.limits), ("mounts", self.mounts)):
+            if mapping is not None and not isinstance(mapping, Mapping):
+                raise ValueError(f"{knob} must be a mapping (a dict), not {type(mapping).__name__}")
+        for knob, where in (
+            ("state_dir", self.state_dir),
+            ("journal", self.journal),
+            ("workdir", self.workdir),
+        ):
+            if where is not None and not isinstance(where, str | Path):
+                raise ValueError(f"{knob} must be a path, not {where!r}")
+        if isinstance(self.preload, str | bytes) or not isinstance(self.preload, Iterable):
+            raise ValueError(
+                f"preload must be a list of module names, not {self.preload!r}"
+                + (f": preload=[{self.preload!r}] for one" if isinstance(self.preload, str) else "")
+            )
         mounts = tuple(parse_mounts(self.mounts))
         workdir = self.workdir
         if workdir is not None:
@@ -211,3 +238,11 @@ class Knob(Generic[T]):
             return self
         value: T = getattr(instance.settings, self._name)
         return value
+
+    def __set__(self, instance: SupportsSettings, value: object) -> None:
+        # A data descriptor: an assignment would otherwise shadow the knob on the instance,
+        # which would read the new value while the runtime goes on with its settings.
+        raise AttributeError(
+            f"{self._name} is read-only: it is set when the runtime is made "
+            f"(Runtime({self._name}=...))"
+        )

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
 from .background import BackgroundScripts, ScriptHandle
-from .config import Knob, Settings
+from .config import Knob, MountsMapping, Settings
 from .host import busypoll, headstart
 from .host.busypoll import LoopPoll
 from .host.catalogue import ToolCatalogue
@@ -102,7 +102,7 @@ class Runtime:
         busy_poll: float = _DEFAULT.busy_poll,
         sandbox: str = _DEFAULT.sandbox,
         network: bool = _DEFAULT.network,
-        mounts: Mapping[str | Path, str] | None = None,
+        mounts: MountsMapping | None = None,
         workdir: str | Path | None = None,
         check: str = _DEFAULT.check,
         keep_interpreters: bool = _DEFAULT.keep_interpreters,
@@ -123,7 +123,8 @@ class Runtime:
             max_images=max_images,
             image_limit=image_limit,
             start_timeout=start_timeout,
-            preload=tuple(preload),
+            # A string is one module's name, not its letters: `Settings` says so.
+            preload=preload if isinstance(preload, str) or preload is None else tuple(preload),
             fork=fork,
             pool_size=pool_size,
             max_interpreters=max_interpreters,
@@ -167,6 +168,7 @@ class Runtime:
         self._shells: dict[str, Shell] = {}
         self._shell_numbers = itertools.count(1)
         self._started = False
+        self._start_lock: asyncio.Lock | None = None
         self._closed = False
         self.mcp_failures: dict[str, str] = {}
         """The MCP servers that did not start (or list their tools), by name, with why."""
@@ -215,11 +217,19 @@ class Runtime:
     # -- life --------------------------------------------------------------------------------
 
     async def start(self) -> Runtime:
-        """Open the journal and connect the MCP servers. `async with` calls this."""
-        if self._closed:
-            raise RuntimeClosedError("this runtime was closed; create a new one")
-        if self._started:
-            return self
+        """Open the journal and connect the MCP servers. `async with` calls this.
+
+        Idempotent, and safe to await from several tasks at once: the runtime starts once."""
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._closed:
+                raise RuntimeClosedError("this runtime was closed; create a new one")
+            if not self._started:
+                await self._start()
+        return self
+
+    async def _start(self) -> None:
         base = self.state_dir or state_dir()
         if self.settings.journal is not None:
             self._journal = Journal.open(self.settings.journal)
@@ -228,28 +238,30 @@ class Runtime:
         else:
             self._journal = Journal.open(None)
         self._journal.durable_ends = self.keep_interpreters
-        specs = list(self._tool_specs)
-        if self._mcp_config is not None:
-            from .tools.mcp import MCPTools
-
-            log_dir = base / "logs"
-            log_dir.mkdir(parents=True, exist_ok=True)
-            self._mcp = await MCPTools.open(self._mcp_config, log_dir)
-            self.mcp_failures = dict(self._mcp.failures)
-            specs.extend(self._mcp.specs())
-            self._mcp.set_on_change(self._tools_changed)
-        self._catalogue = ToolCatalogue(specs, self.tool_timeout, self.mcp_failures)
-        if self.keep_interpreters:
-            # The kept interpreters' folders outlive this host: they live where the next
-            # host on this state directory finds them.
-            self._workdir = base / "shells"
-            self._workdir.mkdir(parents=True, exist_ok=True)
-        else:
-            self._workdir = Path(tempfile.mkdtemp(prefix="toolscript-"))
         try:
+            specs = list(self._tool_specs)
+            if self._mcp_config is not None:
+                from .tools.mcp import MCPTools
+
+                log_dir = base / "logs"
+                log_dir.mkdir(parents=True, exist_ok=True)
+                self._mcp = await MCPTools.open(self._mcp_config, log_dir)
+                self.mcp_failures = dict(self._mcp.failures)
+                specs.extend(self._mcp.specs())
+                self._mcp.set_on_change(self._tools_changed)
+            self._catalogue = ToolCatalogue(specs, self.tool_timeout, self.mcp_failures)
+            if self.keep_interpreters:
+                # The kept interpreters' folders outlive this host: they live where the next
+                # host on this state directory finds them.
+                self._workdir = base / "shells"
+                self._workdir.mkdir(parents=True, exist_ok=True)
+            else:
+                self._workdir = Path(tempfile.mkdtemp(prefix="toolscript-"))
             await self._prepare_sandbox()
         except BaseException:
+            # A start that fails leaves nothing open: `async with` never reaches `__aexit__`.
             await self._close_services()
+            self._journal = self._mcp = None
             raise
         self._busy = busypoll.attach(self.busy_poll)
         if self.keep_interpreters:
@@ -287,7 +299,6 @@ class Runtime:
         if self.keep_interpreters:  # then the template is the keeper (`_start_keeper`)
             await self._reattach(cast("Keeper", self._template))
         self._pool.fill()
-        return self
 
     async def _start_keeper(self, base: Path) -> None:
         """Attach to this state directory's keeper, starting it if none runs: it starts the

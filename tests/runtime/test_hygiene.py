@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+from typing import Any
 
 import pytest
 
@@ -119,6 +120,26 @@ async def test_an_unknown_limit_or_bad_knob_is_refused_naming_it() -> None:
         Runtime(output_limit=10)
 
 
+@pytest.mark.parametrize(
+    ("knobs", "named"),
+    [
+        ({"preload": "json"}, "preload"),  # a string is not its letters' modules
+        ({"preload": None}, "preload"),
+        ({"fork": "no"}, "fork"),
+        ({"keep_interpreters": "false"}, "keep_interpreters"),  # not a keeper
+        ({"python": 3}, "python"),
+        ({"env": "A=1"}, "env"),
+        ({"limits": 3}, "limits"),
+        ({"mounts": ["/tmp"]}, "mounts"),
+        ({"state_dir": 3}, "state_dir"),
+        ({"journal": 3}, "journal"),
+    ],
+)
+def test_a_knob_of_the_wrong_kind_is_refused_naming_it(knobs: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValueError, match=f"^{named} must be"):
+        Runtime(**knobs)
+
+
 @pytest.mark.timeout(30)
 async def test_the_interpreter_holds_no_descriptor_of_the_host(runtime: Runtime) -> None:
     # Only stdin/stdout/stderr, its event loop's own (epoll and the wake-up pair), its
@@ -154,3 +175,11 @@ async def test_what_a_kernel_loaded_before_the_script_is_out_of_the_collectors_w
         assert result.status == "ok", result.text
         frozen, tracked = ast.literal_eval(result.value or "()")
         assert frozen > 5_000 and tracked < frozen, (shell, frozen, tracked)
+
+
+def test_a_knob_cannot_be_changed_on_the_runtime_it_was_made_with() -> None:
+    # It would read the new value while the runtime goes on with its settings.
+    runtime = Runtime(max_time_limit=600)
+    with pytest.raises(AttributeError, match="read-only"):
+        runtime.max_time_limit = 1000
+    assert runtime.max_time_limit == runtime.settings.max_time_limit == 600

@@ -205,3 +205,42 @@ async def test_closing_a_shell_says_the_shell_was_closed_not_the_runtime(
     assert "the shell was closed" in result.note and "runtime" not in result.note, result.note
     assert "its variables are gone" in result.note
     assert (await runtime.shell("other").run("1")).value == "1"
+
+
+@pytest.mark.timeout(20)
+async def test_a_start_that_fails_leaves_no_journal_open(tmp_path: Path) -> None:
+    """`async with` never reaches `__aexit__` when `start` raises, so `start` itself must
+    close what it opened: the journal's connection and its intent files."""
+
+    before = open_descriptors()
+    for _ in range(3):
+        with pytest.raises(Exception, match="neither"):
+            async with Runtime(state_dir=tmp_path, mcp_config={"mcpServers": {"a": {}}}):
+                pass
+    assert open_descriptors() == before
+    assert not list(tmp_path.glob("*.intents"))
+
+
+@pytest.mark.timeout(30)
+async def test_starting_from_two_tasks_at_once_starts_once_and_closes_everything(
+    tmp_path: Path,
+) -> None:
+    # Each of two tasks that make sure the runtime is started awaits `start()`: a second
+    # journal, sandbox or template made beside the first would outlive `aclose()`.
+    before = open_descriptors()
+    runtime = Runtime(state_dir=tmp_path, pool_size=1, grace=0.5)
+    first, second = await asyncio.gather(runtime.start(), runtime.start())
+    assert first is second is runtime
+    assert (await runtime.run("1")).status == "ok"
+    await runtime.aclose()
+    for _ in range(50):
+        if not children_of_this_process() and open_descriptors() == before:
+            break
+        await asyncio.sleep(0.1)
+    assert children_of_this_process() == set()
+    assert open_descriptors() == before
+    assert not list(tmp_path.glob("*.intents"))
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))

@@ -88,7 +88,9 @@ class Mount(NamedTuple):
     writable: bool = False
 
 
-def parse_mounts(mounts: Mapping[str | Path, str] | None) -> list[Mount]:
+def parse_mounts(
+    mounts: Mapping[str, str] | Mapping[Path, str] | Mapping[str | Path, str] | None,
+) -> list[Mount]:
     """`Runtime(mounts=...)`: `{host_path: "ro" | "rw" | "/target" | "/target:rw"}`."""
     parsed: list[Mount] = []
     for source, how in (mounts or {}).items():
