@@ -3,13 +3,15 @@
 
 A background script does not share its shell's variables. Its output goes to a log file under
 the state directory, and its result carries the tail of each stream, the log's path and the
-same call report as a foreground run.
+same call report as a foreground run. The logs are kept for a while, not for ever
+(`LOGS_KEPT`, `LOG_DAYS`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -27,6 +29,19 @@ if TYPE_CHECKING:
 __all__ = ["ScriptHandle"]
 
 _log = logging.getLogger(__name__)
+
+LOGS_KEPT = 1000
+"""Background scripts' logs kept in a state directory: past this many, the oldest are removed."""
+
+LOG_DAYS = 7.0
+"""Days a background script's log is kept after its last write, however few there are."""
+
+_STILL_WRITTEN = 3600.0
+"""Seconds after its last write within which a log is never removed: its script may still run
+(silent), up to its time limit; at least the runtime's `max_time_limit` and `grace`."""
+
+_PRUNE_EVERY = 60.0
+"""Seconds between two looks at the log folder for logs to remove."""
 
 
 class Refuse(Protocol):
@@ -149,6 +164,7 @@ class BackgroundScripts:
     def __init__(self) -> None:
         self._handles: dict[str, ScriptHandle] = {}
         self._taken_back: list[tuple[ScriptHandle, RunningScript, ShellServices, BinaryIO]] = []
+        self._pruned_at = -_PRUNE_EVERY
 
     def running(self) -> list[ScriptHandle]:
         """The scripts still running."""
@@ -310,6 +326,10 @@ class BackgroundScripts:
                 result = refuse(script_id, "", limit, note=refusal)
                 return
             services.log_dir.mkdir(parents=True, exist_ok=True)
+            if time.monotonic() - self._pruned_at >= _PRUNE_EVERY:
+                self._pruned_at = time.monotonic()
+                busy = max(_STILL_WRITTEN, settings.max_time_limit + settings.grace + 60)
+                await asyncio.to_thread(prune_logs, services.log_dir, busy)
             log_path = _log_path(services, script_id)
             log = open(log_path, "wb")  # noqa: SIM115 - closed in finally
             handle.log_path = str(log_path)
@@ -354,6 +374,35 @@ class BackgroundScripts:
                     text_limit=settings.text_limit,
                 )
             )
+
+
+def prune_logs(folder: Path, busy: float, kept: int = LOGS_KEPT, days: float = LOG_DAYS) -> int:
+    """Remove from `folder` the background logs past the newest `kept`, and those not written
+    for `days`; never one written within `busy` seconds, which a script may still write.
+    Returns how many were removed."""
+    now = time.time()
+    logs: list[tuple[float, Path]] = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.name.endswith(".log") and entry.is_file(follow_symlinks=False):
+                    try:
+                        logs.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path)))
+                    except OSError:
+                        continue  # removed meanwhile
+    except OSError:
+        return 0
+    logs.sort(reverse=True)
+    removed = 0
+    for rank, (written, path) in enumerate(logs):
+        idle = now - written
+        if idle > busy and (rank >= kept or idle > days * 86_400):
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            removed += 1
+    return removed
 
 
 def _log_path(services: ShellServices, script_id: str) -> Path:

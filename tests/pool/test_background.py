@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from tests.conftest import MakeRuntime, eventually, wait_for_file
 from toolscript import ScriptResult, tool
+from toolscript.background import LOG_DAYS, prune_logs
 
 gate = asyncio.Event()
 
@@ -237,3 +239,42 @@ async def test_a_cancelled_background_scripts_note_keeps_no_variables(
         "Cancelled by the caller. It was interrupted and stopped within the grace period."
     )
     assert "kept" not in result.text and "next run" not in result.text
+
+
+@pytest.mark.timeout(30)
+async def test_old_background_logs_are_removed_and_recent_ones_kept(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    # A log per background script, up to `log_limit` each: kept for ever, they fill the disk.
+    state = tmp_path / "state"
+    logs = state / "logs" / "background"
+    logs.mkdir(parents=True)
+    now = time.time()
+    old, recent = logs / "main_bg-old.log", logs / "main_bg-recent.log"
+    for path, age_days in ((old, LOG_DAYS + 1), (recent, 1)):
+        path.write_text("output\n")
+        os.utime(path, (now - age_days * 86_400, now - age_days * 86_400))
+    rt = await make_runtime(state_dir=state)
+    result = await (await rt.shell("main").start("print('hi')")).result()
+    assert result.status == "ok", result.text
+    assert result.log_path is not None and Path(result.log_path).exists()
+    assert not old.exists() and recent.exists()
+
+
+def test_past_the_newest_kept_logs_only_ones_no_script_can_still_write_are_removed(
+    tmp_path: Path,
+) -> None:
+    now = time.time()
+    for i in range(6):  # written 0, 1, ... 5 hours ago
+        path = tmp_path / f"s_bg-{i}.log"
+        path.write_text("x")
+        os.utime(path, (now - i * 3600, now - i * 3600))
+    (tmp_path / "notes.txt").write_text("not a log")
+    # Keep the newest two; of the rest, those written within 2.5 hours may still be written.
+    assert prune_logs(tmp_path, busy=2.5 * 3600, kept=2) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "notes.txt",
+        "s_bg-0.log",
+        "s_bg-1.log",
+        "s_bg-2.log",
+    ]
