@@ -72,8 +72,11 @@ async def _through_gate(headers: list[tuple[bytes, bytes]]) -> tuple[int | None,
     [
         [],
         [(b"authorization", b"Bearer wrong")],
-        [(b"authorization", b"bearer right")],
+        [(b"authorization", b"Bearer right "), (b"authorization", b"Bearer right")],
         [(b"authorization", b"Bearer right"), (b"authorization", b"Bearer right")],
+        [(b"authorization", b"Basic right")],
+        [(b"authorization", b"Bearerright")],
+        [(b"authorization", b"right")],
     ],
 )
 async def test_the_gate_answers_401_and_never_reaches_the_app_without_the_token(
@@ -82,8 +85,12 @@ async def test_the_gate_answers_401_and_never_reaches_the_app_without_the_token(
     assert await _through_gate(headers) == (401, False)
 
 
-async def test_the_gate_lets_the_right_token_through() -> None:
-    assert await _through_gate([(b"authorization", b"Bearer right")]) == (None, True)
+@pytest.mark.parametrize("given", [b"Bearer right", b"bearer right", b"BEARER  right"])
+async def test_the_gate_lets_the_right_token_through_whatever_the_schemes_case(
+    given: bytes,
+) -> None:
+    # HTTP's scheme names are case-insensitive: clients that send "bearer" are not refused.
+    assert await _through_gate([(b"authorization", given)]) == (None, True)
 
 
 @pytest.mark.parametrize(

@@ -86,12 +86,13 @@ def load_or_create_token(path: Path | None) -> Token:
 class BearerTokenGate:
     """ASGI middleware: an HTTP request without `Authorization: Bearer <token>` gets 401.
 
-    The comparison takes the same time whatever the guess. Lifespan events pass through.
+    The scheme's name is taken in any case, as HTTP says; the token's comparison takes the
+    same time whatever the guess. Lifespan events pass through.
     """
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or self._admits(scope):
@@ -122,4 +123,10 @@ class BearerTokenGate:
 
     def _admits(self, scope: Scope) -> bool:
         given = [value for key, value in scope.get("headers", ()) if key == b"authorization"]
-        return len(given) == 1 and hmac.compare_digest(given[0], self._expected)
+        if len(given) != 1:
+            return False
+        # The scheme's name is case-insensitive (RFC 9110, 11.1): "bearer" is "Bearer".
+        scheme, _, credentials = given[0].partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(
+            credentials.lstrip(b" "), self._expected
+        )
