@@ -104,6 +104,16 @@ def test_a_bad_tool_reference_a_missing_mount_and_a_bad_time_limit_are_one_line(
         "'rx' is not 'ro' or 'rw'",
     )
     assert_one_line(
+        toolscript("exec", "script.py", "--mount", f"{folder}:/", cwd=folder),
+        "--mount",
+        "/ cannot be replaced",
+    )
+    assert_one_line(
+        toolscript("exec", "script.py", "--mount", f"{folder}:/x:rw:rw", cwd=folder),
+        "--mount",
+        "the mode is given twice",
+    )
+    assert_one_line(
         toolscript("exec", "script.py", "--time-limit", "-1", cwd=folder), "--time-limit"
     )
     assert_one_line(toolscript("calls", "--limit", "0", cwd=folder), "--limit")

@@ -189,7 +189,11 @@ def sandbox_knobs(args: argparse.Namespace) -> dict[str, Any]:
     for text in args.mount or ():
         writable = text.endswith(":rw")
         rest = text[: -len(":rw")] if writable else text.removesuffix(":ro")
-        host, _, target = rest.partition(":/")
+        host, to, target = rest.partition(":/")
+        if to and not target:
+            raise UsageError(f"--mount: {text}: the sandbox's / cannot be replaced; name a folder")
+        if target.endswith((":ro", ":rw")):
+            raise UsageError(f"--mount: {text}: the mode is given twice (HOST[:/PATH][:rw])")
         if not os.path.exists(host):
             base, colon, mode = host.rpartition(":")
             if colon and os.path.exists(base):
