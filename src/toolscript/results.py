@@ -55,18 +55,32 @@ class CallRecord:
     """
 
     id: str
+    """The call's id, the same in the journal (`toolscript calls`)."""
     tool: str
+    """The tool's name as the script called it (`server.tool` for an MCP tool)."""
     args_brief: str
+    """The call's arguments, cut to a line: `channel_id='a', text='hi'`."""
     fate: str
+    """`seen`, `unread`, `late`, `pending` or `refused` (README, "Call fates")."""
     cause: str | None
+    """Why a call the host answered itself ended so: `timeout`, `cancelled`, `stopped`,
+    `interpreter_gone`, `tool_timeout`, `source_gone` or `in_doubt`; None for a tool's own
+    answer."""
     answer_brief: str | None
+    """The start of the answer (or of the error it raised); None while there is none."""
     is_error: bool
+    """Whether the answer was an error (the script got a `ToolError`)."""
     made_at: float
+    """When the script made the call (seconds since the epoch)."""
     answered_at: float | None
+    """When the answer came; None for a call with no answer (`pending`, `refused`)."""
     made_before_start: bool = False
+    """Made before this script started, by a task an earlier script left running."""
     answered_from_journal: bool = False
+    """The answer reached the script from the journal, after a host restart."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The same fields, JSON-safe."""
         return {
             "id": self.id,
             "tool": self.tool,
@@ -98,9 +112,13 @@ class CallReport:
     __slots__ = ("_records", "_rows", "by_fate", "made", "made_before_start", "unlisted")
 
     made: int
+    """Calls the script made while it ran."""
     made_before_start: int
+    """Calls taken over from between scripts: made by tasks an earlier script left running."""
     by_fate: dict[str, int]
+    """Every call counted by its fate: `{"seen": 2, "pending": 1}`."""
     unlisted: dict[str, int]
+    """The calls past the first 1,000, which `records` does not list, counted by tool."""
     _records: tuple[CallRecord, ...] | None  # None until made from `_rows`
     _rows: tuple[RecordRow, ...]
 
@@ -164,9 +182,11 @@ class CallReport:
 
     @property
     def all_seen(self) -> bool:
+        """Whether the script saw the answer of every call it made (and took over)."""
         return self.by_fate.get("seen", 0) == self.made + self.made_before_start
 
     def to_dict(self) -> dict[str, Any]:
+        """The same facts, JSON-safe, with every listed record."""
         return {
             "made": self.made,
             "made_before_start": self.made_before_start,
@@ -206,19 +226,36 @@ class ScriptResult:
     """How one script ended, what it printed, and what became of every tool call it made."""
 
     status: str
+    """How it ended: `ok`, `error`, `time_limit`, `cancelled`, `crashed` (the interpreter
+    died; its state is gone) or `refused` (nothing ran)."""
     stdout: str = ""
+    """What it printed, cut in the middle past `output_limit` (the cut says so)."""
     stderr: str = ""
+    """What it wrote to stderr, cut as `stdout` is."""
     value: str | None = None
+    """The `repr` of its last expression's value, as a string (`"'done'"` for the string
+    `done`), or None when the last statement was not an expression or it did not finish."""
     error: str | None = None
+    """The traceback of the exception that ended it, or None."""
     note: str = ""
+    """What the caller must know of how it ended (a stop, a crash, a restart, the check's
+    warnings), in words for the model; empty when there is nothing to say."""
     calls: CallReport = field(default_factory=CallReport)
+    """What became of every tool call it made."""
     generation: int = 0
+    """The interpreter's generation in its shell: a new one means the variables are gone."""
     script_id: str = ""
+    """The script's id, the same in the journal (`toolscript calls --script`)."""
     shell: str = ""
+    """The shell it ran in."""
     time_limit: float | None = None
+    """The time limit it ran under, in seconds."""
     duration: float = 0.0
+    """Seconds from its start to its end."""
     log_path: str | None = None
+    """A background script's log file, with all it printed; None for a foreground run."""
     text_limit: int = TEXT_LIMIT
+    """The cap, in characters, on `text`."""
     images: tuple[ScriptImage, ...] = ()
     """The images the script showed (`show(...)`), within `max_images` and `image_limit`."""
 
@@ -229,6 +266,7 @@ class ScriptResult:
 
     @property
     def ok(self) -> bool:
+        """Whether it finished without error (`status == "ok"`)."""
         return self.status == "ok"
 
     @property

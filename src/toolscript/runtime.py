@@ -345,7 +345,7 @@ class Runtime:
             await interpreter.reattach(forked, held.prefix, running)
             self._pool.count_live()
             if not held.background:
-                self.shell(name).reattach(interpreter, running)
+                self.shell(name)._reattach(interpreter, running)
         # Followed only now, after the last await of `start`: a background script that ended
         # while no host was attached is in `background` when `start` returns, so its caller
         # can ask to hear of its end (`ScriptHandle.add_done_callback`) before it is settled.
@@ -565,7 +565,7 @@ class Runtime:
                 if earlier is not None:
                     # Not taken back at the start (`_reattach` takes a kept one back after
                     # this): its next interpreter's generation says the state is new.
-                    shell.not_kept(earlier)
+                    shell._not_kept(earlier)
         return shell
 
     async def run(self, code: str, *, time_limit: float | None = None) -> ScriptResult:

@@ -91,7 +91,7 @@ class Shell:
         self._last_ended = 0.0
         self._recovered: asyncio.Task[ScriptResult] | None = None
 
-    def reattach(self, interpreter: Interpreter, running: RunningScript | None) -> None:
+    def _reattach(self, interpreter: Interpreter, running: RunningScript | None) -> None:
         """Take back an interpreter a keeper held for a host that is gone, with its
         generation; with the script it was `running`, which this shell then follows to its
         end (`recovered()`)."""
@@ -105,7 +105,7 @@ class Shell:
         self._ended = asyncio.Event()
         self._recovered = asyncio.get_running_loop().create_task(self._follow(interpreter, running))
 
-    def not_kept(self, generation: int) -> None:
+    def _not_kept(self, generation: int) -> None:
         """This shell ran in a host that is gone, up to `generation`, and no keeper held its
         interpreter for this one: its next run says its variables are gone, in a generation
         after that one."""
@@ -145,6 +145,7 @@ class Shell:
 
     @property
     def busy(self) -> bool:
+        """Whether a script runs in the foreground now (a second `run` would be refused)."""
         return self._running is not None
 
     def output(self, limit: int | None = None) -> str:
