@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from toolscript import Runtime, ScriptResult, tool
+from toolscript import Runtime, ScriptResult, ToolOutcome, ToolSpec, tool
 
 
 @tool
@@ -21,3 +22,11 @@ async def main() -> ScriptResult:
     Runtime(mounts=by_path, limits=limits)
     async with Runtime(tools=[send_message], mounts=mounts, journal=":memory:") as rt:
         return await rt.shell("main").run("1", time_limit=30)
+
+
+async def add(arguments: dict[str, Any]) -> ToolOutcome:
+    return ToolOutcome(arguments["a"] + arguments["b"])
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
+ADD = ToolSpec("add", "Add two numbers.", SCHEMA, add)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime, RuntimeClosedError
     from .shell import Shell
     from .tools.python import Tool, tool
-    from .tools.spec import CallContext, ToolAnnotations, ToolSpec
+    from .tools.spec import CallContext, ToolAnnotations, ToolOutcome, ToolSpec
 
 # Each public name loads its module when it is first asked for: `toolscript --help`, or a
 # command that runs no script, does not pay for the whole runtime.
@@ -43,6 +43,7 @@ _WHERE = {
     "Shell": "shell",
     "Tool": "tools.python",
     "ToolAnnotations": "tools.spec",
+    "ToolOutcome": "tools.spec",
     "ToolSpec": "tools.spec",
     "tool": "tools.python",
 }
@@ -63,6 +64,7 @@ __all__ = [
     "Shell",
     "Tool",
     "ToolAnnotations",
+    "ToolOutcome",
     "ToolSpec",
     "__version__",
     "tool",

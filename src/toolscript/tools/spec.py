@@ -104,6 +104,16 @@ class ToolSpec:
     defined in Python. `key` identifies the tool on the wire and in the journal.
     `timeout` is the host's bound on one call of the handler in seconds (`None`: the
     runtime's default `tool_timeout`).
+
+    `handler` is an async function of the call's arguments (a dict, already checked against
+    `input_schema`) that returns a `ToolOutcome`: `ToolOutcome(value)` for an answer (JSON-safe
+    data), `ToolOutcome(message, is_error=True)` for the tool's own error, which the script
+    gets as a `ToolError`:
+
+        async def add(arguments: dict[str, Any]) -> ToolOutcome:
+            return ToolOutcome(arguments["a"] + arguments["b"])
+
+        ToolSpec("add", "Add two numbers.", schema, add)
     """
 
     name: str
