@@ -254,3 +254,9 @@ def test_a_state_folder_that_is_a_file_is_one_line(folder: Path) -> None:
         env={**env, "PYTHONPATH": SOURCE, "TOOLSCRIPT_STATE": str(folder / "script.py")},
     )
     assert_one_line(done, "toolscript exec: error:", "cannot open the journal")
+
+
+def test_a_script_without_end_is_one_line_not_a_memory_error(folder: Path) -> None:
+    # /dev/zero never ends: read whole, it exhausts the host's memory.
+    done = toolscript("exec", "/dev/zero", cwd=folder)
+    assert_one_line(done, "toolscript exec: error:", "over 64 MiB")

@@ -50,7 +50,7 @@ def exec_command(args: argparse.Namespace) -> int:
     script (a second one does not wait for it) and prints the calls that may still take
     effect; the exit status is then 130.
     """
-    code = sys.stdin.read() if args.script == "-" else _read_script(Path(args.script))
+    code = _read_stdin() if args.script == "-" else _read_script(Path(args.script))
     if args.time_limit is not None and not 0 < args.time_limit < float("inf"):
         raise UsageError(f"--time-limit: {args.time_limit:g} is not a positive number of seconds")
     if args.cwd is not None and not Path(args.cwd).is_dir():
@@ -191,10 +191,28 @@ def _head_start(mounts: dict[str | Path, str], workdir: Path | None, network: bo
     headstart.begin(env={}, mounts=shown, network=network, cwd=folder)
 
 
+def _read_stdin() -> str:
+    from ..kernel.wire import MAX_FRAME
+
+    code = sys.stdin.read(MAX_FRAME + 1)
+    if len(code) > MAX_FRAME:
+        raise UsageError(
+            f"the script on stdin is over {MAX_FRAME >> 20} MiB, more than a script can be"
+        )
+    return code
+
+
 def _read_script(path: Path) -> str:
+    from ..kernel.wire import MAX_FRAME
+
     try:
-        return path.read_text(encoding="utf-8-sig")  # as Python reads a script with a BOM
+        with path.open("rb") as file:
+            data = file.read(MAX_FRAME + 1)  # `/dev/zero` is not read to the end
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror}") from None
+    if len(data) > MAX_FRAME:
+        raise UsageError(f"{path} is over {MAX_FRAME >> 20} MiB, more than a script can be")
+    try:
+        return data.decode("utf-8-sig")  # as Python reads a script with a BOM
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not UTF-8 text") from None
