@@ -63,6 +63,31 @@ async def test_an_invalid_control_is_rejected_naming_the_field_before_any_reques
     assert standin.requests == []
 
 
+@pytest.mark.parametrize(
+    ("knobs", "error", "named"),
+    [
+        ({"max_tokens": -1}, ValueError, "max_tokens"),
+        ({"max_tokens": "many"}, ValueError, "max_tokens"),
+        ({"instructions": 3}, TypeError, "instructions"),
+        ({"runtime": 3}, TypeError, "runtime"),
+    ],
+)
+async def test_a_bad_agent_argument_is_refused_naming_it_before_any_request(
+    standin: StandIn, fake: FakeRuntime, knobs: dict[str, Any], error: type, named: str
+) -> None:
+    standin.queue(Reply(text="should never be asked"))
+    arguments: dict[str, Any] = {"runtime": fake, **knobs}
+    with pytest.raises(error, match=f"^{named}"):
+        Agent(
+            standin.model,
+            base_url=standin.base_url,
+            api_key=KEY,
+            control=ExecutionControl(request_timeout=5, tool_timeout=None, lifetime_timeout=60),
+            **arguments,
+        )
+    assert standin.requests == []
+
+
 async def test_a_valid_control_reaches_the_server(standin: StandIn, fake: FakeRuntime) -> None:
     standin.queue(Reply(text="hello"))
     agent = Agent(

@@ -81,6 +81,22 @@ class Agent:
     ) -> None:
         if not isinstance(control, ExecutionControl):
             raise TypeError(f"control: expected an ExecutionControl, not {control!r}")
+        missing = [
+            part
+            for part in ("max_time_limit", "prompt", "shell")
+            if not hasattr(type(runtime), part) and not hasattr(runtime, part)
+        ]
+        if missing:
+            raise TypeError(
+                f"runtime: expected a toolscript Runtime, not {runtime!r} (it has no "
+                f"{', '.join(missing)})"
+            )
+        if type(max_tokens) is not int or max_tokens < 1:
+            raise ValueError(
+                f"max_tokens must be a whole number of tokens, at least 1, not {max_tokens!r}"
+            )
+        if instructions is not None and not isinstance(instructions, str):
+            raise TypeError(f"instructions: expected a string, not {instructions!r}")
         self.model = model
         self.runtime = runtime
         self.control = control
