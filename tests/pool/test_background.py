@@ -119,7 +119,7 @@ async def test_a_background_script_cancelled_while_a_call_is_in_flight_says_so(
         await asyncio.sleep(0.01)
     result = await asyncio.wait_for(handle.cancel(), 20)
     assert result.status == "cancelled", result.text
-    assert "cancelled by the caller" in result.note
+    assert "Cancelled by the caller" in result.note
     [record] = result.calls.records
     assert (record.tool, record.fate, record.cause) == ("held", "pending", "stopped")
     assert handle.status() == "cancelled"
