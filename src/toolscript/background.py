@@ -357,7 +357,10 @@ class BackgroundScripts:
             interpreter.script_recorded()
         finally:
             if interpreter is not None:
-                await asyncio.shield(interpreter.close())
+                # Handlers of its calls in flight finish under their own timeouts, so the
+                # journal learns what they did, as after a shell's script; closing the
+                # runtime cancels them.
+                await asyncio.shield(interpreter.close(abandon_calls=services.is_closed()))
                 await pool.release()
             if log is not None:
                 log.close()

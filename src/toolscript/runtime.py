@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import tempfile
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +44,7 @@ from .tools.prompt import call_name, matching_plans, summary
 from .tools.python import as_spec
 
 if TYPE_CHECKING:
+    from .host.dispatch import Dispatcher
     from .host.keeper import Keeper
 
 # `Shell` and `ScriptHandle` are also named here, where they were first defined.
@@ -166,6 +168,9 @@ class Runtime:
         self._mcp: Any = None
         self._workdir: Path | None = None
         self._shells: dict[str, Shell] = {}
+        self._handlers: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
+        """The call dispatchers of every interpreter this runtime made, while they live (a
+        handler still running holds its own): their handlers end when the runtime closes."""
         self._shell_numbers = itertools.count(1)
         self._started = False
         self._start_lock: asyncio.Lock | None = None
@@ -237,7 +242,9 @@ class Runtime:
             self._journal = Journal.open(self.state_dir / "journal.sqlite3")
         else:
             self._journal = Journal.open(None)
-        self._journal.durable_ends = self.keep_interpreters
+        # A script's end is a record like any other: a host killed after a script ended
+        # must not leave it journaled as never ended (one write per script, not per call).
+        self._journal.durable_ends = True
         try:
             specs = list(self._tool_specs)
             if self._mcp_config is not None:
@@ -340,6 +347,7 @@ class Runtime:
             interpreter = Interpreter(
                 self._launch(), self._catalogue, self._journal, name, held.generation
             )
+            self._handlers.add(interpreter.dispatcher)
             if held.background and running is not None:
                 self._background.take_back(interpreter, running, self._services)
             await interpreter.reattach(forked, held.prefix, running)
@@ -436,7 +444,9 @@ class Runtime:
 
     def _new_interpreter(self) -> Interpreter:
         assert self._catalogue is not None and self._journal is not None
-        return Interpreter(self._launch(), self._catalogue, self._journal)
+        interpreter = Interpreter(self._launch(), self._catalogue, self._journal)
+        self._handlers.add(interpreter.dispatcher)
+        return interpreter
 
     def _tools_changed(self, server: str) -> None:
         """An MCP server's tool list changed: bindings follow for the next run."""
@@ -469,6 +479,12 @@ class Runtime:
         )
         if self._pool is not None:
             await self._pool.close()
+        # Handlers still running for interpreters that were killed or closed earlier (a
+        # crash, a time limit's kill, a background script's end) were left to finish under
+        # their own timeouts; the runtime's close ends them, before the journal closes.
+        for dispatcher in list(self._handlers):
+            dispatcher.abandon()
+        await asyncio.sleep(0)
         if self._template_start is not None and not self._template_start.done():
             self._template_start.cancel()
             with contextlib.suppress(asyncio.CancelledError):

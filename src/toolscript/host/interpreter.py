@@ -436,6 +436,11 @@ class Interpreter:
         if abandon_calls:
             self._calls.abandon()
 
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """What answers its calls: the handlers still running for them, even once it is gone."""
+        return self._calls
+
     async def kill(self) -> None:
         """Kill the kernel and everything in its process group; bounded."""
         await self._process.kill()
