@@ -101,7 +101,8 @@ class CallReport:
 
     `made` counts calls made while the script ran, `made_before_start` those taken over from
     between scripts (made by tasks an earlier script left running). `by_fate` counts every
-    call by fate; `records` lists the first 1,000 one by one; `unlisted` counts the rest by
+    call by fate; `records` lists at most 1,000 one by one, the first ones, except that a call
+    not `seen` takes the place of a `seen` one past that bound; `unlisted` counts the rest by
     tool. Immutable, like the records it holds.
     """
 

@@ -186,3 +186,27 @@ async def test_a_50_mb_argument_goes_through_with_a_short_brief_and_the_host_sta
     assert len(line) == 1 and len(line[0]) < 400
     other = await runtime.shell("other").run("await echo(value='ok')")
     assert other.status == "ok" and other.value == "'got 2'", other.text
+
+
+@pytest.mark.timeout(60)
+async def test_calls_not_seen_after_the_first_1000_are_still_named_in_the_text(
+    runtime: Runtime, desk: Desk
+) -> None:
+    code = (
+        "import asyncio\n"
+        "await asyncio.gather(*(fast(x=i) for i in range(1100)))\n"
+        "for i in range(12):\n"
+        "    asyncio.create_task(fast(x=5000 + i))\n"
+        "await asyncio.sleep(0.2)\n"
+    )
+    result = await runtime.run(code, time_limit=50)
+    assert result.status == "ok", result.text
+    calls = result.calls
+    assert calls.by_fate == {"seen": 1100, "unread": 12}
+    assert len(calls.records) == 1000
+    assert sorted(r.args_brief for r in calls.not_seen) == sorted(
+        f"x={5000 + i}" for i in range(12)
+    )
+    assert calls.unlisted == {"fast": 112}
+    named = [line for line in result.text.splitlines() if line.startswith("- fast(x=50")]
+    assert len(named) == 10 and all("unread" in line for line in named)

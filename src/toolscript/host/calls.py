@@ -49,8 +49,9 @@ class SettledCalls:
     """What became of the calls of one script, as plain data: `toolscript.CallReport` wraps it.
 
     `made` counts calls made while the script ran, `made_before_start` those taken over from
-    between scripts; `by_fate` counts every call by fate; `rows` holds the first
-    `MAX_RECORDS` calls; `unlisted` counts the rest by tool.
+    between scripts; `by_fate` counts every call by fate; `rows` holds at most
+    `MAX_RECORDS` calls (calls not `seen` first, past the bound; see `_Tally`); `unlisted`
+    counts the rest by tool.
     """
 
     made: int = 0
@@ -108,39 +109,69 @@ class _Call:
 
 
 class _Tally:
-    """One script's report while it is being built."""
+    """One script's report while it is being built.
 
-    __slots__ = ("by_fate", "made", "made_before_start", "open", "records", "unlisted")
+    `records` keeps at most `MAX_RECORDS` calls, in the order they were settled. Once it is
+    full, a call whose fate is not `seen` takes the place of the latest `seen` one kept (that
+    one is then counted in `unlisted`): the calls the model must be told of are the ones a
+    long script's report must not lose. A place given up is `None` until the report is built.
+    """
+
+    __slots__ = (
+        "by_fate",
+        "kept",
+        "made",
+        "made_before_start",
+        "open",
+        "records",
+        "seen_at",
+        "unlisted",
+    )
 
     def __init__(self) -> None:
         self.made = 0
         self.made_before_start = 0
         self.by_fate: Counter[str] = Counter()
-        self.records: list[RecordRow] = []
+        self.records: list[RecordRow | None] = []
+        self.kept = 0
+        self.seen_at: list[int] = []  # where `seen` records are in `records`
         self.unlisted: Counter[str] = Counter()
         self.open: dict[int, _Call] = {}
 
     def fold(self, call: _Call, fate: str, cause: str | None) -> None:
         call.folded = True
         self.by_fate[fate] += 1
-        if len(self.records) < MAX_RECORDS:
-            self.records.append(
-                (
-                    call.id,
-                    call.tool,
-                    call.args_brief,
-                    fate,
-                    cause,
-                    call.answer_brief if fate in _ANSWER_LISTED else None,
-                    call.is_error,
-                    call.made_at,
-                    call.answered_at,
-                    call.before_start,
-                    call.from_journal,
-                )
+        if self.kept >= MAX_RECORDS:
+            if fate == "seen" or not self.seen_at:
+                self.unlisted[call.tool] += 1
+                return
+            place = self.seen_at.pop()
+            given_up = self.records[place]
+            assert given_up is not None
+            self.unlisted[given_up[1]] += 1
+            self.records[place] = None
+            self.kept -= 1
+        elif fate == "seen":
+            self.seen_at.append(len(self.records))
+        self.kept += 1
+        self.records.append(
+            (
+                call.id,
+                call.tool,
+                call.args_brief,
+                fate,
+                cause,
+                call.answer_brief if fate in _ANSWER_LISTED else None,
+                call.is_error,
+                call.made_at,
+                call.answered_at,
+                call.before_start,
+                call.from_journal,
             )
-        else:
-            self.unlisted[call.tool] += 1
+        )
+
+    def rows(self) -> tuple[RecordRow, ...]:
+        return tuple(row for row in self.records if row is not None)
 
 
 class ProtocolViolation(ValueError):
@@ -579,7 +610,7 @@ class CallLedger:
         order = {fate: i for i, fate in enumerate(FATES)}
         by_fate = dict(sorted(tally.by_fate.items(), key=lambda item: order[item[0]]))
         return SettledCalls(
-            tally.made, tally.made_before_start, by_fate, tuple(tally.records), dict(tally.unlisted)
+            tally.made, tally.made_before_start, by_fate, tally.rows(), dict(tally.unlisted)
         )
 
     def _open_tally(self, n: int) -> _Tally | None:
