@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -260,3 +261,81 @@ def test_a_script_without_end_is_one_line_not_a_memory_error(folder: Path) -> No
     # /dev/zero never ends: read whole, it exhausts the host's memory.
     done = toolscript("exec", "/dev/zero", cwd=folder)
     assert_one_line(done, "toolscript exec: error:", "over 64 MiB")
+
+
+def test_a_journal_that_cannot_be_written_is_one_line(folder: Path) -> None:
+    (folder / "journal").mkdir()
+    journal = folder / "journal" / "journal.sqlite3"
+    assert toolscript("calls", "--journal", str(journal), cwd=folder).returncode == 2  # absent
+    sqlite3.connect(journal).close()
+    assert toolscript("calls", "--journal", str(journal), cwd=folder).returncode == 0
+    # Read-only even for root, as on a read-only mount.
+    if subprocess.run(["chattr", "+i", str(journal)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here")
+    try:
+        for arguments in (["calls"], ["exec", "script.py"]):
+            done = toolscript(*arguments, "--journal", str(journal), cwd=folder)
+            assert_one_line(done, f"toolscript {arguments[0]}: error:", "cannot be written")
+    finally:
+        subprocess.run(["chattr", "-i", str(journal)], check=True)
+
+
+def test_another_programs_database_is_one_line_and_left_as_it_was(folder: Path) -> None:
+    other = folder / "app.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE customers (id INTEGER, name TEXT)")
+    for arguments in (["calls"], ["exec", "script.py"]):
+        done = toolscript(*arguments, "--journal", "app.db", cwd=folder)
+        assert_one_line(done, f"toolscript {arguments[0]}: error:", "other tables: customers")
+    with sqlite3.connect(other) as db:
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master")]
+        assert tables == ["customers"]
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+@pytest.mark.parametrize("version", [None, 0, "two"])
+def test_a_journal_with_a_schema_version_that_cannot_be_is_one_line(
+    folder: Path, version: object
+) -> None:
+    journal = folder / "journal.sqlite3"
+    with sqlite3.connect(journal) as db:
+        db.executescript(
+            "CREATE TABLE schema_version (version INTEGER NOT NULL);"
+            "CREATE TABLE hosts (host_id INTEGER PRIMARY KEY);"
+            "CREATE TABLE scripts (script_id TEXT PRIMARY KEY);"
+            "CREATE TABLE calls (id INTEGER PRIMARY KEY);"
+        )
+        if version is not None:
+            db.execute("INSERT INTO schema_version VALUES (?)", (version,))
+    done = toolscript("calls", "--journal", str(journal), cwd=folder)
+    assert_one_line(done, "toolscript calls: error:", "is not a toolscript journal", "version")
+
+
+def test_a_reader_that_stops_reading_is_no_traceback(folder: Path) -> None:
+    journal = folder / "journal.sqlite3"
+    code = (
+        "import sys\nfrom toolscript.host.journal import Journal\n"
+        "with Journal.open(sys.argv[1]) as journal:\n"
+        "    journal.record_calls([(f'c-{n}', 's', 'main', 'put', 'x' * 200, 1.0)"
+        " for n in range(5000)])\n"
+        "    journal.settle_calls([(f'c-{n}', 'seen', None) for n in range(5000)])\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(journal)],
+        check=True,
+        env={**os.environ, "PYTHONPATH": SOURCE},
+    )
+    start = "from toolscript.cli import main\nmain()\n"
+    command = [sys.executable, "-c", start, "calls", "--journal", str(journal), "--json"]
+    reader = subprocess.Popen(
+        [*command, "--limit", "5000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SOURCE},
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    reader.stdout.read(10)
+    reader.stdout.close()  # as `| head -c 10` does
+    error = reader.stderr.read().decode()
+    assert reader.wait(timeout=50) == 141
+    assert "Traceback" not in error, error

@@ -63,11 +63,18 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader stopped reading (`toolscript calls --json | head`): not an error of ours.
+        # What is left unwritten goes nowhere, so that the exit's flush does not fail too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
     except Exception as error:
         # A journal file that cannot be one is the caller's to fix, as a bad path is.
-        from ..host.journal import JournalFileError, JournalVersionError
+        from ..host.journal import JournalAccessError, JournalFileError, JournalVersionError
 
-        if not isinstance(error, (JournalFileError, JournalVersionError)):
+        if not isinstance(error, (JournalAccessError, JournalFileError, JournalVersionError)):
             raise
         print(f"toolscript {args.command}: error: {error}", file=sys.stderr)
         return 2

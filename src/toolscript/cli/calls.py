@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import options
+
+if TYPE_CHECKING:
+    from ..host.journal import JournalCall
 from .options import UsageError
 
 
@@ -31,21 +35,23 @@ def calls_command(args: argparse.Namespace) -> int:
 
     from ..host.journal import Journal
 
-    if args.limit < 1:
-        raise UsageError(f"--limit: {args.limit} is not a positive number")
-    if args.journal not in (None, ":memory:") and not Path(args.journal).is_file():
+    if not 1 <= args.limit <= _MOST:
+        raise UsageError(f"--limit: {args.limit} is not a number from 1 to {_MOST}")
+    if _not_utf8(args.script):
+        raise UsageError(f"--script: {args.script!r} is not a script id")
+    if args.journal == ":memory:":
+        raise UsageError(
+            "--journal: ':memory:' lives only inside the process that opened it; "
+            "there is none here to read (give the journal's file)"
+        )
+    if args.journal is not None and not Path(args.journal).is_file():
         # A command that reads must not make a journal where a mistyped path points.
         what = "is a folder" if Path(args.journal).is_dir() else "does not exist"
         raise UsageError(f"--journal: {args.journal} {what}")
     store = Journal.open(args.journal)
     try:
-        if args.uncertain:
-            records = store.uncertain()
-            if args.script is not None:
-                records = [call for call in records if call.script_id == args.script]
-            records = records[-args.limit :]
-        else:
-            records = store.calls(script_id=args.script, limit=args.limit)
+        # The newest `--limit` only, chosen by the query: a journal may hold millions.
+        records = store.calls(script_id=args.script, uncertain=args.uncertain, limit=args.limit)
     finally:
         store.close()
     if args.as_json:
@@ -59,19 +65,49 @@ def calls_command(args: argparse.Namespace) -> int:
     for column in ("when", "shell", "script", "tool", "arguments", "fate", "cause", "note"):
         table.add_column(column, overflow="fold")
     for call in records:
-        note = "uncertain: " + (call.uncertain_reason or "") if call.uncertain else ""
+        reason = call.uncertain_reason or ""
+        note = _UNCERTAIN_WORDS.get(reason, f"effect unknown: {reason}") if call.uncertain else ""
         table.add_row(
             _clock(call.made_at),
             call.shell,
             call.script_id or "(between scripts)",
             call.tool,
             call.args_brief,
-            call.fate or "in flight",
+            call.fate or _unsettled(call),
             call.cause or "",
             note,
         )
     Console().print(table)
     return 0
+
+
+def _unsettled(call: JournalCall) -> str:
+    """A call with no fate yet: answered (its effect happened; whether its script took the
+    answer was not told, or its host died first), left by a host that died, or in flight."""
+    if call.answered_at is not None:
+        return "answered, no fate told"
+    if call.uncertain_reason == "host_gone":
+        return "none: its host died"
+    return "in flight"
+
+
+_UNCERTAIN_WORDS = {
+    "host_gone": "effect unknown: its host ended while it was in flight",
+    "pending_at_settle": "effect unknown: no answer had come when its script ended",
+    "in_doubt": "effect unknown: in flight when the host restarted; not made again",
+}
+
+
+_MOST = (1 << 63) - 1
+"""The largest `--limit` SQLite can take."""
+
+
+def _not_utf8(text: str | None) -> bool:
+    try:
+        (text or "").encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _clock(seconds: float) -> str:

@@ -184,12 +184,14 @@ class JournalVersionError(Exception):
 
 
 class JournalFileError(Exception):
-    """The file given as the journal is not an SQLite database (nor empty, nor missing)."""
+    """The file given as the journal is not a toolscript journal: not an SQLite database (nor
+    empty, nor missing), or the database of another program, left as it was."""
 
-    def __init__(self, path: str, reason: str) -> None:
+    def __init__(self, path: str, reason: str, *, from_sqlite: bool = True) -> None:
         self.path = path
+        said = f"SQLite says: {reason}" if from_sqlite else reason
         super().__init__(
-            f"{path} is not a toolscript journal (SQLite says: {reason}). Point toolscript at "
+            f"{path} is not a toolscript journal ({said}). Point toolscript at "
             "another file, or at none for the one under the state directory."
         )
 
@@ -204,6 +206,23 @@ class JournalOpenError(JournalFileError):
             f"cannot open the journal {path!r}: {reason}. Point toolscript at another file, "
             "or at none for the one under the state directory.",
         )
+
+
+class JournalAccessError(Exception):
+    """The journal's file (or its folder) cannot be opened for writing: read-only, not
+    permitted, or locked by another process for longer than the busy timeout. Every open
+    journal writes (its host's row, and the calls of hosts that are gone), readers too."""
+
+    def __init__(self, path: str, reason: str, *, locked: bool = False) -> None:
+        self.path = path
+        advice = (
+            "Another process held it for longer than toolscript waits: try again."
+            if locked
+            else "A journal is written even to be read: give its file and folder write "
+            "access, or point toolscript at another journal (TOOLSCRIPT_STATE, or the "
+            "journal argument)."
+        )
+        super().__init__(f"The journal at {path} cannot be written ({reason}). {advice}")
 
 
 class JournalClosedError(Exception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from .records import JournalVersionError
+from .records import JournalFileError, JournalVersionError
 
 SCHEMA_VERSION = 2
 """The journal schema this code writes and reads."""
@@ -170,11 +170,37 @@ class _Transaction:
             self._db.execute("ROLLBACK")
 
 
+_TABLES = frozenset({"schema_version", "hosts", "scripts", "calls"})
+"""Tables every journal has, of any version."""
+
+
+def _check_is_journal(db: sqlite3.Connection, where: str) -> None:
+    """Refuse, before anything is written to it, a database that holds tables but is not a
+    journal: another program's database is not ours to add tables to, nor to turn to WAL."""
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        return  # a new journal
+    if not tables >= _TABLES:
+        others = sorted(tables - _TABLES)
+        why = (
+            "it is an SQLite database with other tables: " + ", ".join(others[:5])
+            if others
+            else "it lacks tables every journal has: " + ", ".join(sorted(_TABLES - tables))
+        )
+        raise JournalFileError(where, why, from_sqlite=False)
+    if db.execute("SELECT max(version) FROM schema_version").fetchone()[0] is None:
+        raise JournalFileError(where, "its schema version is missing", from_sqlite=False)
+
+
 def _prepare_schema(db: sqlite3.Connection, where: str) -> None:
     with _Transaction(db):
         db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
         row = db.execute("SELECT max(version) FROM schema_version").fetchone()
         found = row[0] if row is not None else None
+        if found is not None and (not isinstance(found, int) or found < 1):
+            raise JournalFileError(
+                where, f"its schema version is {found!r}, not a number from 1", from_sqlite=False
+            )
         if found is None:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():

@@ -30,6 +30,7 @@ from .liveness import _register_host, _sweep_gone_hosts
 from .records import (
     AnswerRow,
     FateRow,
+    JournalAccessError,
     JournalCall,
     JournalClosedError,
     JournalFileError,
@@ -38,7 +39,7 @@ from .records import (
     StartRow,
     TakenCall,
 )
-from .schema import _prepare_schema, _Transaction
+from .schema import _check_is_journal, _prepare_schema, _Transaction
 from .serving import EVENTS_KEPT, _prune_serving, _ServeRecords
 from .turns import TurnRecords
 
@@ -100,7 +101,7 @@ class Journal(_ServeRecords, _WriteBehind):
         `where` is a file path, `":memory:"`, or `None` for `journal.sqlite3` under
         `state_dir()`. Missing directories are created. Raises `JournalVersionError` if the
         file was written by a newer toolscript, `JournalFileError` if it is not an SQLite
-        database.
+        database, `JournalAccessError` if it (or its folder) cannot be written.
         """
         path: Path | None
         if where is None:
@@ -116,6 +117,9 @@ class Journal(_ServeRecords, _WriteBehind):
                 if path.parent.exists() and not path.parent.is_dir():
                     raise NotADirectoryError(errno.ENOTDIR, f"{path.parent} is not a folder")
                 path.parent.mkdir(parents=True, exist_ok=True)
+                # The intent files go beside the file itself, not beside a name for it (a
+                # symlink): another host, opening it by any name, finds them.
+                path = path.resolve()
             connection = sqlite3.connect(
                 MEMORY if path is None else path,
                 isolation_level=None,
@@ -130,14 +134,18 @@ class Journal(_ServeRecords, _WriteBehind):
         try:
             try:
                 connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+                _check_is_journal(connection, str(path) if path is not None else MEMORY)
                 connection.execute("PRAGMA journal_mode = WAL")
                 connection.execute("PRAGMA synchronous = NORMAL")
                 _prepare_schema(connection, str(path) if path is not None else MEMORY)
             except sqlite3.DatabaseError as error:
                 if isinstance(error, sqlite3.OperationalError):  # locked, I/O: not the file's
-                    raise
+                    raise _access_error(path, error) from error
                 raise JournalFileError(str(path), str(error)) from None
-            return cls(connection, path)
+            try:
+                return cls(connection, path)
+            except sqlite3.OperationalError as error:
+                raise _access_error(path, error) from error
         except BaseException:
             connection.close()
             raise
@@ -475,6 +483,16 @@ def _append_after_the_fact(intents: _IntentLog, line: bytes) -> None:
         intents.append(line)
     except OSError:
         _log.exception("Could not write to the call journal's intent file.")
+
+
+def _access_error(path: Path | None, error: sqlite3.OperationalError) -> Exception:
+    """A read-only, unopenable or locked file as a sentence; any other failure as it was."""
+    words = str(error)
+    if path is None or not any(
+        part in words for part in ("readonly", "unable to open", "locked", "disk I/O")
+    ):
+        return error
+    return JournalAccessError(str(path), f"SQLite says: {words}", locked="locked" in words)
 
 
 def _repeated_call_id() -> ValueError:
