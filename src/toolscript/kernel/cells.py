@@ -113,31 +113,62 @@ async def run_cell(cell: Cell, namespace: dict[str, Any]) -> Any:
 
 
 def ending(value: Any, error: BaseException | None, stop_reason: str | None) -> DoneFrame:
-    """How a cell ended, for the script's `done`: its value, or what it raised."""
+    """How a cell ended, for the script's `done`: its value, or what it raised.
+
+    Never raises: the value and the error are the script's objects, whose methods (`__repr__`,
+    `__class__`, `SystemExit.code`, `__eq__`) may raise or lie; what cannot be described is
+    said so, and the interpreter goes on.
+    """
+    try:
+        return _ending(value, error, stop_reason)
+    except BaseException as failure:  # the script's own objects misbehaved while read
+        return {
+            "status": "error",
+            "error": (
+                "The script ended, but how it ended could not be described: "
+                f"{_type_name(failure)} while reading its "
+                f"{'value' if error is None else 'error'}."
+            ),
+        }
+
+
+def _ending(value: Any, error: BaseException | None, stop_reason: str | None) -> DoneFrame:
     report: DoneFrame
+    kind = type(error)  # never the object's own `__class__`, which the script may forge
     if stop_reason is not None:
         report = {"status": "stopped", "reason": stop_reason}
-        if error is not None and not isinstance(error, (KeyboardInterrupt, asyncio.CancelledError)):
+        if error is not None and not issubclass(kind, (KeyboardInterrupt, asyncio.CancelledError)):
             report["error"] = format_exception(error)
-    elif isinstance(error, asyncio.CancelledError):
+    elif error is not None and issubclass(kind, asyncio.CancelledError):
         report = {"status": "error", "error": "The script's own task was cancelled."}
     elif error is None:
         report = {"status": "ok", "value": _safe_repr(value)}
-    elif isinstance(error, SystemExit):
-        code = error.code
-        if code is None or code == 0:
+    elif issubclass(kind, SystemExit):
+        code = _EXIT_CODE.__get__(error)  # SystemExit's own field, not a subclass's property
+        if code is None or (type(code) in (int, bool) and code == 0):
             report = {"status": "ok", "exit": 0}
         else:
             report = {
                 "status": "error",
-                "exit": code if isinstance(code, int) else 1,
-                "error": f"The script called sys.exit({code!r}).",
+                "exit": int(code) if type(code) in (int, bool) and -(2**31) <= code < 2**31 else 1,
+                "error": f"The script called sys.exit({_safe_repr(code) or 'None'}).",
             }
     else:
         report = {"status": "error", "error": format_exception(error)}
-        if isinstance(error, MemoryError):
+        if issubclass(kind, MemoryError):
             report["memory"] = True
     return report
+
+
+_TYPE_NAME = type.__dict__["__name__"]
+_EXIT_CODE = SystemExit.__dict__["code"]
+
+
+def _type_name(value: object) -> str:
+    try:
+        return str.__str__(_TYPE_NAME.__get__(type(value)))
+    except BaseException:
+        return "an object"
 
 
 VALUE_KEPT = 1_000_000
@@ -163,11 +194,19 @@ def _safe_repr(value: Any) -> str | None:
         return None
     try:
         text = repr(value)
+        if not isinstance(text, str):
+            return f"<the value's repr returned {_type_name(text)}, not str>"
+        # A str subclass may override `__len__`, slicing or `__str__`: take its plain text.
+        return _bounded(str.__str__(text), "the value's repr")
     except BaseException as error:
-        return f"<the value's repr failed: {type(error).__name__}: {error}>"
-    if not isinstance(text, str):
-        return f"<the value's repr returned {type(text).__name__}, not str>"
-    return _bounded(text, "the value's repr")
+        return f"<the value's repr failed: {_type_name(error)}: {_safe_str(error)}>"
+
+
+def _safe_str(error: BaseException) -> str:
+    try:
+        return _bounded(str.__str__(str(error)), "the message")
+    except BaseException:
+        return "(its message could not be read)"
 
 
 def format_exception(error: BaseException) -> str:
@@ -180,7 +219,7 @@ def format_exception(error: BaseException) -> str:
         _drop_internal_frames(summary)
         return _bounded("".join(summary.format()), "the traceback")
     except BaseException:
-        return f"{type(error).__name__} (its traceback could not be formatted)"
+        return f"{_type_name(error)} (its traceback could not be formatted)"
 
 
 def _drop_internal_frames(summary: traceback.TracebackException) -> None:
