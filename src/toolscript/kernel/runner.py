@@ -110,6 +110,20 @@ class Kernel:
         self.namespace["tools"] = self._tools_module
         self._output = ScriptOutput(self._own)
         forbid_asyncio_run()
+        self._pid = os.getpid()
+        os.register_at_fork(after_in_child=self._in_forked_child)
+
+    def _in_forked_child(self) -> None:
+        """A script called `os.fork()` (not `subprocess`, which execs at once): the child is
+        a copy of this kernel, sharing its channel to the host. Nothing the copy says may
+        reach the host as this kernel's word: its channel becomes /dev/null, and it ends
+        where its copy of the script's cell would hand back to the kernel."""
+        if os.getpid() == self._pid:
+            return
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, self._channel.fileno())
+            os.close(null)
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -356,6 +370,13 @@ class Kernel:
         self._cell_ended(script, None if error is not None else task.result(), error)
 
     def _cell_ended(self, script: _Script, value: Any, error: BaseException | None) -> None:
+        if os.getpid() != self._pid:
+            # A forked child's copy of the script ran to its end: the script is the parent's,
+            # which tells its own end. The copy leaves without a word or a marker.
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(BaseException):
+                    stream.flush()
+            os._exit(0 if error is None else 1)
         report = ending(value, error, script.stop_reason)
         if script.stop_reason is not None and report["status"] != "stopped":
             # The stop came while the value was being written (a slow `__repr__`): it ended
