@@ -16,6 +16,12 @@ import sys
 import termios
 from typing import TYPE_CHECKING
 
+# Taken once, before any script runs: a script may replace `os.write` (to mock it, say) in
+# the module it shares with the kernel, and the markers must still be written.
+_write = os.write
+_dup2 = os.dup2
+_fstat = os.fstat
+
 if TYPE_CHECKING:
     from .descriptors import OwnDescriptors
 
@@ -56,14 +62,14 @@ class ScriptOutput:
         """Put the host's pipes back at fd 1 and 2 if a script closed or replaced them."""
         for fd, copy in self._copies.items():
             try:
-                now = os.fstat(fd)
-                kept = os.fstat(copy)
+                now = _fstat(fd)
+                kept = _fstat(copy)
                 if (now.st_dev, now.st_ino) == (kept.st_dev, kept.st_ino):
                     continue
             except OSError:
                 pass
             with contextlib.suppress(OSError):
-                os.dup2(copy, fd)
+                _dup2(copy, fd)
 
     def flush(self, *, drop: bool = False) -> None:
         """Write out what Python holds for fd 1 and 2; with `drop`, a stream whose flush
@@ -87,7 +93,7 @@ class ScriptOutput:
         self.flush(drop=True)
         for fd in (1, 2):
             try:
-                os.write(fd, marker)
+                _write(fd, marker)
             except OSError:
                 pass
 
@@ -98,7 +104,7 @@ class ScriptOutput:
 
 def _is_pipe(fd: int) -> bool:
     try:
-        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+        return stat.S_ISFIFO(_fstat(fd).st_mode)
     except OSError:
         return False
 
