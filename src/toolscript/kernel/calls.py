@@ -134,6 +134,12 @@ class ScriptTask(asyncio.Task[Any]):
 _table: CallTable | None = None
 
 # asyncio.current_task is Python code before 3.12, around a lookup in this dict.
+WIRE_INT_DIGITS = 4300
+"""The most digits of an integer a call may carry: Python's default bound on printing and
+reading one, which the host keeps (reading a longer one costs time that grows with its square)."""
+_get_digits = sys.get_int_max_str_digits
+_set_digits = sys.set_int_max_str_digits
+
 _current_tasks: Any = getattr(asyncio.tasks, "_current_tasks", None)
 _current_task: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None] = (
     _current_tasks.get
@@ -206,7 +212,12 @@ class CallTable:
         with self._numbering:
             n = next(self._numbers)
             refused: str | None = None
+            digits = _get_digits()
             try:
+                if digits != WIRE_INT_DIGITS:
+                    # The script changed how long an integer Python may print: the host reads
+                    # no longer ones than the default allows, so none longer may go out.
+                    _set_digits(WIRE_INT_DIGITS)
                 if carried:
                     # Acknowledgements still waiting travel in the call's own frame: one
                     # frame and one wake-up of the host for both.
@@ -240,12 +251,22 @@ class CallTable:
                         "lists, dicts and keys; commas and colons in text count too), more "
                         "than one call may carry: pass them in parts"
                     )
-            except (TypeError, ValueError, RecursionError, MemoryError) as error:
+            except ValueError as error:
+                if "integer string conversion" in str(error):
+                    refused = (
+                        f"an integer in its arguments has over {WIRE_INT_DIGITS:,} digits, more "
+                        "than the interpreter's channel carries: pass it as a string"
+                    )
+                else:
+                    refused = f"its arguments cannot be sent as JSON (ValueError: {error})"
+            except (TypeError, RecursionError, MemoryError) as error:
                 refused = f"its arguments cannot be sent as JSON ({type(error).__name__}: {error})"
             except BaseException:
                 refused = "the call was interrupted before it was sent"
                 raise
             finally:
+                if digits != WIRE_INT_DIGITS:
+                    _set_digits(digits)
                 if refused is not None:
                     # The number goes out whatever stopped the call, so that none is missing.
                     self._post(
