@@ -260,6 +260,16 @@ class ScriptResult:
     images: tuple[ScriptImage, ...] = ()
     """The images the script showed (`show(...)`), within `max_images` and `image_limit`."""
 
+    def __post_init__(self) -> None:
+        # The value, the error and the runner's words may carry text the script chose (a
+        # `__repr__`, an exception's message, a name in a forged frame), lone surrogates
+        # included: escaped here, as the output streams are, so the result can always be
+        # written as UTF-8 (the CLI's print, `serve`'s JSON, `to_dict`).
+        for name in ("value", "error", "note"):
+            text = getattr(self, name)
+            if text is not None and not _encodes(text):
+                object.__setattr__(self, name, _escape_surrogates(text))
+
     @property
     def exit_code(self) -> int:
         """0 when the script finished without error, 1 otherwise."""
@@ -296,6 +306,20 @@ class ScriptResult:
         }
 
 
+def _encodes(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escape_surrogates(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def render_text(result: ScriptResult) -> str:
     parts = [f"exit {result.exit_code} · {result.status}"]
     if result.note:
@@ -307,6 +331,11 @@ def render_text(result: ScriptResult) -> str:
         shown = ", ".join(f"{image.mime_type} {image.size:,} bytes" for image in result.images)
         parts.append(f"images: {len(result.images)} shown ({shown})")
     head = "\n".join(parts)
+    if len(head) > result.text_limit // 2:
+        # The runner's words and the call lines are bounded each; this bounds them together,
+        # whatever a forged frame brought into them.
+        head = cut_middle("\n\n".join(parts), max(result.text_limit // 2, 2_000))
+        parts = [head]
     room = max(result.text_limit - len(head), 2_000)
     sections: list[tuple[str, str]] = []
     if result.error:
@@ -385,11 +414,12 @@ def _share(room: int, sizes: list[int]) -> list[int]:
 
 
 def render_calls(report: CallReport, status: str) -> str:
-    """The call lines: counts first, then up to ten calls whose fate is not `seen`."""
+    """The call lines: counts first, then up to ten calls whose fate is not `seen` (or that
+    were made before the script started)."""
     total = report.made + report.made_before_start
     if total == 0:
         return ""
-    if status == "ok" and report.all_seen:
+    if status == "ok" and report.all_seen and not report.made_before_start:
         return ""
     fates = ", ".join(f"{count} {fate}" for fate, count in report.by_fate.items())
     line = f"calls: {report.made} made"
@@ -398,24 +428,37 @@ def render_calls(report: CallReport, status: str) -> str:
     line += f" ({fates})"
     lines = [line]
     not_seen = report.not_seen
+    if report.made_before_start:
+        # Made by code an earlier script left running, while no script ran: seen or not,
+        # the model did not make them in this script, so each is named.
+        not_seen += [r for r in report.records if r.fate == "seen" and r.made_before_start]
     for record in not_seen[:MAX_NAMED_CALLS]:
         lines.append(f"- {describe_call(record)}")
     rest = Counter(record.tool for record in not_seen[MAX_NAMED_CALLS:])
     rest.update(report.unlisted)
     if rest:
-        counted = ", ".join(f"{tool} ×{count}" for tool, count in rest.most_common())
+        common = rest.most_common()
+        counted = ", ".join(
+            f"{shown_name(tool)} ×{count}" for tool, count in common[:MAX_NAMED_CALLS]
+        )
+        if len(common) > MAX_NAMED_CALLS:
+            others = sum(count for _, count in common[MAX_NAMED_CALLS:])
+            counted += f", and {others:,} calls of {len(common) - MAX_NAMED_CALLS:,} other tools"
         lines.append(f"- and more, not named here: {counted}")
     return "\n".join(lines)
 
 
 def describe_call(record: CallRecord) -> str:
     """One call in plain words: the tool, its arguments, its fate and what that means."""
-    call = f"{record.tool}({record.args_brief})"
+    call = f"{shown_name(record.tool)}({_one_line(record.args_brief, 400)})"
     cause = _CAUSE_WORDS.get(record.cause or "", "")
     if record.fate == "seen":
         return f"{call}: answered and seen{_from_journal_words(record)}"
     if record.fate == "refused":
-        return f"{call}: refused before it was sent, so it did not happen ({record.answer_brief})"
+        return (
+            f"{call}: refused before it was sent, so it did not happen "
+            f"({_one_line(record.answer_brief, 400)})"
+        )
     if record.fate == "pending":
         if record.cause == "tool_timeout":
             why = "the host gave up waiting at the tool's timeout"
@@ -444,6 +487,27 @@ def describe_call(record: CallRecord) -> str:
     return f"{call}: {record.fate}"
 
 
+def shown_name(tool: str) -> str:
+    """A tool's name as a report shows it: as it is when it is a short printable name (every
+    real tool's is), else quoted and cut, so that a name sent by code that went around the
+    bound tools can neither add lines to the report nor swell it."""
+    if len(tool) <= 120 and tool.isprintable():
+        return tool
+    return _one_line(tool, 120, quoted=True)
+
+
+def _one_line(text: str | None, limit: int, *, quoted: bool = False) -> str:
+    """`text` on one line, within about `limit` characters (control characters escaped)."""
+    text = text or ""
+    if not quoted and len(text) <= limit and text.isprintable():
+        return text
+    shown = repr(text[:limit])[1:-1] if quoted or not text.isprintable() else text[:limit]
+    if len(shown) > limit:
+        shown = shown[:limit]
+    more = f"… ({len(text):,} characters)" if len(text) > limit else ""
+    return f"'{shown}'{more}" if quoted else f"{shown}{more}"
+
+
 def _from_journal_words(record: CallRecord) -> str:
     if not record.answered_from_journal:
         return ""
@@ -454,7 +518,7 @@ def _answer_words(record: CallRecord) -> str:
     if record.answer_brief is None:
         return ""
     kind = "an error" if record.is_error else "the answer"
-    return f"; {kind} began: {record.answer_brief}"
+    return f"; {kind} began: {_one_line(record.answer_brief, 400)}"
 
 
 def check_words(findings: Sequence[object], *, refused: bool) -> str:
@@ -573,7 +637,12 @@ def result_from(
         words.append(outcome.images_dropped)
     never = report.get("never_awaited")
     if isinstance(never, list) and never:
-        names = ", ".join(sorted({str(name) for name in never}))
+        # Tool names as the kernel says them; a script can patch the kernel's code, so they
+        # are shown as any name a frame brings: few, short and on one line.
+        distinct = sorted({shown_name(str(name)[:1_000]) for name in never[:10_000]})
+        names = ", ".join(distinct[:MAX_NAMED_CALLS])
+        if len(distinct) > MAX_NAMED_CALLS:
+            names += f" and {len(distinct) - MAX_NAMED_CALLS:,} more"
         words.append(
             f"{len(never)} tool call(s) were created but never awaited, so they did not run: "
             f"{names}. Use `await` on each call."

@@ -27,6 +27,11 @@ from typing import Any
 from ..kernel.brief import brief
 from .journal import AnswerRow, FateRow, Journal, JournalCall, StartRow
 
+MAX_TOOL_NAME = 200
+"""The longest tool name a call frame's name is kept to; longer is no tool's, and is cut."""
+BRIEF_KEPT = 1_000
+"""The most characters kept of a brief or a reason the kernel sends with a call it refused."""
+
 MAX_RECORDS = 1000
 """How many calls one result lists one by one; the rest are counted by tool."""
 
@@ -274,6 +279,11 @@ class CallLedger:
                 tool = frame.get("tool")
                 if type(n) is not int or type(tool) is not str:
                     raise ValueError("a call frame without a number and a tool name")
+                if len(tool) > MAX_TOOL_NAME:
+                    # No tool has such a name: only code that calls the kernel's own `invoke`
+                    # sends one. It is refused as unknown; kept whole, it would swell the
+                    # host's memory, the journal and every report that names the call.
+                    tool = tool[:MAX_TOOL_NAME] + "…"
                 if self._stopped is not None:
                     raise ProtocolViolation(
                         f"a call came after script {self._stopped} was stopped: code the "
@@ -292,7 +302,9 @@ class CallLedger:
                 self._next = n + 1
                 script = frame.get("script")
                 script_id = script if script == running and script is not None else None
-                args_brief = str(frame.get("brief", "")) if refused is not None else brief(args)
+                args_brief = (
+                    str(frame.get("brief", ""))[:BRIEF_KEPT] if refused is not None else brief(args)
+                )
                 call = _Call(f"{prefix}.{n}", tool, args_brief, script_id, made_at)
                 calls[n] = call
                 # Made while no script ran: the next script's report lists it as made before
@@ -304,7 +316,7 @@ class CallLedger:
                 starts.append((call.id, script_id, shell, tool, args_brief, made_at))
                 if refused is not None:
                     call.refused = True
-                    call.answer_brief = str(refused)
+                    call.answer_brief = str(refused)[:BRIEF_KEPT]
                 else:
                     assert type(args) is dict
                     todo.append((n, call, args))
