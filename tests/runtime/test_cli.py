@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -160,3 +161,44 @@ async def test_sigterm_on_exec_json_prints_the_result_as_json_with_the_output_so
     assert "SIGTERM" in result["note"], result
     # The command ends, and its interpreter with it: nothing of the script is kept.
     assert "kept" not in result["note"] and "variables are gone" in result["note"], result
+
+
+FORGED = "print('\\x1b[1A\\x1b[2Kexit 0 · ok\\x1b]52;c;aGk=\\x07\\r')\nraise SystemExit(3)\n"
+"""A script that, on a terminal, would repaint the line above as success and set the
+clipboard (OSC 52), then fails."""
+
+
+@pytest.mark.timeout(40)
+def test_exec_on_a_terminal_shows_a_scripts_control_sequences_escaped(tmp_path: Path) -> None:
+    import pty
+
+    script = tmp_path / "script.py"
+    script.write_text(FORGED)
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "toolscript.cli", "exec", str(script)],
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            timeout=30,
+            env=environment(tmp_path),
+            cwd=tmp_path,
+        )
+        os.close(follower)
+        shown = b""
+        with contextlib.suppress(OSError):  # EIO once everything written was read
+            while chunk := os.read(leader, 65536):
+                shown += chunk
+    finally:
+        os.close(leader)
+    assert done.returncode == 1, done.stderr
+    text = shown.decode()
+    assert text.startswith("exit 1 · error"), text
+    assert "\x1b" not in text and "\x07" not in text, text
+    assert "\\x1b[1A\\x1b[2Kexit 0 · ok\\x1b]52;c;aGk=\\x07\\x0d" in text, text
+
+
+@pytest.mark.timeout(40)
+def test_exec_into_a_pipe_keeps_what_the_script_wrote(tmp_path: Path) -> None:
+    done = toolscript_exec(tmp_path, FORGED)
+    assert "\x1b[1A\x1b[2Kexit 0 · ok\x1b]52;c;aGk=\x07" in done.stdout, done.stdout

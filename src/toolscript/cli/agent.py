@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import options
 from .options import UsageError
+from .terminal import for_terminal
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -267,7 +268,7 @@ def _show(turn: Turn, as_json: bool) -> None:
         json.dump(turn.to_dict(), sys.stdout, indent=2, ensure_ascii=False, default=_json_safe)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(summary(turn) + "\n")
+        sys.stdout.write(for_terminal(summary(turn), sys.stdout) + "\n")
     sys.stdout.flush()
 
 

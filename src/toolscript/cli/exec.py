@@ -10,6 +10,7 @@ from typing import Any
 
 from . import options
 from .options import UsageError
+from .terminal import for_terminal
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -111,7 +112,7 @@ def exec_command(args: argparse.Namespace) -> int:
                 ensure_ascii=False,
             )
             result += "\n"
-        sys.stdout.write(result)
+        sys.stdout.write(for_terminal(result, sys.stdout))
         sys.stdout.flush()
         return 128 + stopped_by[0]
     if args.as_json:
@@ -124,10 +125,10 @@ def exec_command(args: argparse.Namespace) -> int:
         _, _, rest = result.text.partition("\n")
         sys.stdout.write(
             f"exit {128 + stopped_by[0]} · cancelled\n\nStopped by {name}: the script was "
-            f"interrupted.\n{rest}"
+            f"interrupted.\n{for_terminal(rest, sys.stdout)}"
         )
     else:
-        sys.stdout.write(result.text)
+        sys.stdout.write(for_terminal(result.text, sys.stdout))
     sys.stdout.flush()
     return 128 + stopped_by[0] if stopped_by else int(result.exit_code)
 
