@@ -183,3 +183,14 @@ def test_a_knob_cannot_be_changed_on_the_runtime_it_was_made_with() -> None:
     with pytest.raises(AttributeError, match="read-only"):
         runtime.max_time_limit = 1000
     assert runtime.max_time_limit == runtime.settings.max_time_limit == 600
+
+
+@pytest.mark.timeout(30)
+async def test_a_script_over_the_cpu_time_limit_is_said_to_have_used_it_up(
+    make_runtime: MakeRuntime,
+) -> None:
+    runtime = await make_runtime(limits={"cpu_time": 1})
+    result = await runtime.run("while True:\n    pass", time_limit=20)
+    assert result.status == "crashed", result.text
+    assert "SIGXCPU" in result.note and "CPU-time limit" in result.note, result.note
+    assert "out-of-memory" not in result.note

@@ -36,7 +36,13 @@ def apply_limits(limits: dict[str, Any]) -> None:
         wanted = int(value)
         if hard != resource.RLIM_INFINITY:
             wanted = min(wanted, hard)
-        resource.setrlimit(which, (wanted, wanted))
+        ceiling = wanted
+        if which == resource.RLIMIT_CPU:
+            # At the soft limit the OS sends SIGXCPU, which the result names as the CPU-time
+            # limit; at the hard one, SIGKILL, which it cannot tell from a kill from outside.
+            # Equal, the SIGKILL comes first: the hard limit is a second later.
+            ceiling = wanted + 1 if hard == resource.RLIM_INFINITY else min(wanted + 1, hard)
+        resource.setrlimit(which, (wanted, ceiling))
 
 
 def close_inherited(keep: set[int]) -> None:
