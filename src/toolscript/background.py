@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from .host.interpreter import Interpreter, InterpreterStartError
-from .host.pool import CapReached
+from .host.pool import CLOSED, CapReached
 from .results import ScriptResult, check_words, render_output, result_from
 
 if TYPE_CHECKING:
@@ -94,6 +94,7 @@ class ScriptHandle:
         self._on_done: list[Callable[[ScriptResult], Any]] = [] if on_done is None else [on_done]
         self._result: asyncio.Future[ScriptResult] = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task[None] | None = None
+        self._ending: asyncio.Task[None] | None = None
         self._interpreter: Interpreter | None = None
 
     def status(self) -> str:
@@ -283,6 +284,8 @@ class BackgroundScripts:
             )
 
     def _abandoned(self, handle: ScriptHandle, shell: str, limit: float, text_limit: int) -> None:
+        if handle._ending is not None:
+            return  # it started, and its end settles it (`_end`)
         self._handles.pop(handle.id, None)
         handle._settle(
             ScriptResult(
@@ -321,6 +324,9 @@ class BackgroundScripts:
                 result = refuse(script_id, f"no interpreter could be had: {error.reason}", limit)
                 return
             handle._interpreter = interpreter
+            if services.is_closed():
+                result = refuse(script_id, CLOSED, limit)
+                return
             refusal, notes = await check_before_running(services, code, interpreter)
             if refusal is not None:
                 result = refuse(script_id, "", limit, note=refusal)
@@ -356,19 +362,8 @@ class BackgroundScripts:
             journal.end_script(script_id, result.status, time.time())
             interpreter.script_recorded()
         finally:
-            if interpreter is not None:
-                # Handlers of its calls in flight finish under their own timeouts, so the
-                # journal learns what they did, as after a shell's script; closing the
-                # runtime cancels them.
-                await asyncio.shield(interpreter.close(abandon_calls=services.is_closed()))
-                await pool.release()
-            if log is not None:
-                log.close()
-            self._handles.pop(script_id, None)
-            handle._settle(
-                result
-                if result is not None
-                else ScriptResult(
+            if result is None:
+                result = ScriptResult(
                     status="cancelled",
                     note="The background script was abandoned while it started.",
                     script_id=script_id,
@@ -376,7 +371,37 @@ class BackgroundScripts:
                     time_limit=limit,
                     text_limit=settings.text_limit,
                 )
+            # A task of its own, which a cancel does not reach: a cancel that comes while the
+            # interpreter of a script that ended on its own closes (the handle still says
+            # "running") must not cut the end short, leaving the handle to be settled as if
+            # nothing ran, its log open and its interpreter's place never given back.
+            handle._ending = asyncio.get_running_loop().create_task(
+                self._end(handle, interpreter, services, log, result)
             )
+            await asyncio.shield(handle._ending)
+
+    async def _end(
+        self,
+        handle: ScriptHandle,
+        interpreter: Interpreter | None,
+        services: ShellServices,
+        log: BinaryIO | None,
+        result: ScriptResult,
+    ) -> None:
+        try:
+            if interpreter is not None:
+                try:
+                    # Handlers of its calls in flight finish under their own timeouts, so
+                    # the journal learns what they did, as after a shell's script; closing
+                    # the runtime cancels them.
+                    await interpreter.close(abandon_calls=services.is_closed())
+                finally:
+                    await services.pool.release()
+        finally:
+            if log is not None:
+                log.close()
+            self._handles.pop(handle.id, None)
+            handle._settle(result)
 
 
 def prune_logs(folder: Path, busy: float, kept: int = LOGS_KEPT, days: float = LOG_DAYS) -> int:

@@ -736,6 +736,12 @@ def _crash_words(exit_description: str | None, *, one_off: bool = False) -> str:
     if "with the keeper" in what:
         cause = "the keeper process that held the interpreter exited, and every interpreter it held died with it"
         look = "what ended the keeper (its command line has 'keeper' and the state folder)"
+    elif "with the template" in what:
+        cause = (
+            "the template process the interpreter was forked from died (it was killed from "
+            "outside?), and every interpreter forked from it died with it"
+        )
+        look = "what ended the template process; the script did not cause this"
     elif "SIGSEGV" in what or "SIGBUS" in what:
         cause = "a crash in C code: an extension module, ctypes, or a corrupted object"
         look = "native calls (ctypes, C extensions) near the end of the script"

@@ -175,6 +175,7 @@ class Runtime:
         self._started = False
         self._start_lock: asyncio.Lock | None = None
         self._closed = False
+        self._closed_all: asyncio.Event | None = None
         self.mcp_failures: dict[str, str] = {}
         """The MCP servers that did not start (or list their tools), by name, with why."""
         self._sandbox: Sandbox | None = None
@@ -468,10 +469,24 @@ class Runtime:
         self._catalogue_listeners.append(listener)
 
     async def aclose(self) -> None:
-        """Stop every interpreter, close the MCP servers and the journal. Bounded; idempotent."""
+        """Stop every interpreter, close the MCP servers and the journal. Bounded; idempotent:
+        a call while another closes returns once that one has closed."""
         if self._closed:
+            if self._closed_all is not None:
+                await self._closed_all.wait()
             return
         self._closed = True
+        self._closed_all = asyncio.Event()
+        try:
+            await self._close_all()
+        finally:
+            self._closed_all.set()
+
+    async def _close_all(self) -> None:
+        if self._pool is not None:
+            # First: a run waiting in line for an interpreter, or starting one, is refused,
+            # rather than given one once everything else is closed.
+            await self._pool.close()
         await asyncio.gather(
             self._background.cancel_all(CLOSING),
             *(shell.close(CLOSING) for shell in self._shells.values()),

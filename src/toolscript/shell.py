@@ -30,7 +30,7 @@ from .host.interpreter import (
     code_too_large,
 )
 from .host.journal import Journal
-from .host.pool import CapReached, InterpreterPool
+from .host.pool import CLOSED, CapReached, InterpreterPool
 from .results import (
     SHELL_CLOSING,
     ScriptResult,
@@ -90,6 +90,9 @@ class Shell:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_ended = 0.0
         self._recovered: asyncio.Task[ScriptResult] | None = None
+        self._closes = 0
+        """How many times `close` was called: a run that sees it change before its script
+        began does not begin it."""
 
     def _reattach(self, interpreter: Interpreter, running: RunningScript | None) -> None:
         """Take back an interpreter a keeper held for a host that is gone, with its
@@ -279,17 +282,26 @@ class Shell:
     async def _run(self, script_id: str, code: str, limit: float) -> ScriptResult:
         services = self._services
         services.check_open()
+        closes = self._closes
         journal = services.journal
         notes: list[str] = []
         notes.extend(self._uncertain_notes())
         try:
             interpreter, reset_note = await self._interpreter_for_run()
         except InterpreterStartError as error:
+            if services.is_closed():
+                return self._refused(script_id, CLOSED, limit)
             return self._refused(
                 script_id, f"the interpreter could not start: {error.reason}", limit
             )
         except CapReached as error:
             return self._refused(script_id, error.reason, limit)
+        if services.is_closed():
+            # The runtime closed while this run got its interpreter: it is ended here, as
+            # `close` would have ended it had it been the shell's then.
+            self._interpreter = None
+            await self._drop(interpreter, close=True)
+            return self._refused(script_id, CLOSED, limit)
         fresh = interpreter.runs == 0
         if reset_note:
             notes.append(reset_note)
@@ -299,6 +311,12 @@ class Shell:
         refusal, check_notes = await check_before_running(services, code, interpreter)
         if refusal is not None:
             return self._refused(script_id, "", limit, note=refusal)
+        if services.is_closed():  # closed during the check
+            return self._refused(script_id, CLOSED, limit)
+        if self._closes != closes:
+            # The shell was closed before the script began (while its interpreter started,
+            # or the check ran): `close` could not stop it, so it is not begun.
+            return self._closed_before_start(script_id, limit)
         notes[:0] = check_notes
         notes.extend(interpreter.catalogue.down_notes(code))
         started = time.monotonic()
@@ -390,17 +408,32 @@ class Shell:
                 f"This run started a fresh interpreter: {self._reset_reason}. Variables, "
                 "imports and tasks from earlier runs are gone."
             )
-        interpreter = await self._services.pool.acquire()
-        try:
-            folder = self._services.folder(self.name)
-            await interpreter.adopt(self.name, self.generation + 1, folder)
-        except BaseException:
-            await self._drop(interpreter, close=False)
-            raise
+        fresh = await self._adopted()
         self.generation += 1
-        self._interpreter = interpreter
+        self._interpreter = fresh
         self._reset_reason = None
-        return interpreter, note
+        return fresh, note
+
+    async def _adopted(self) -> Interpreter:
+        """An interpreter from the pool, given to this shell."""
+        for attempt in (1, 2):
+            interpreter = await self._services.pool.acquire()
+            try:
+                folder = self._services.folder(self.name)
+                await interpreter.adopt(self.name, self.generation + 1, folder)
+            except InterpreterStartError:
+                await self._drop(interpreter, close=False)
+                if attempt == 2:
+                    raise
+                # A warm one may have died (killed from outside, or with its template) a
+                # moment before the pool could see it: nothing of this run reached it, so
+                # it is asked for once more (a real failure fails again, and is said).
+                continue
+            except BaseException:
+                await self._drop(interpreter, close=False)
+                raise
+            return interpreter
+        raise AssertionError("not reached")
 
     def _uncertain_notes(self) -> list[str]:
         if self._told_uncertain:
@@ -417,14 +450,30 @@ class Shell:
         self, script_id: str, reason: str, time_limit: float | None, note: str | None = None
     ) -> ScriptResult:
         """A result for a script that never ran: `note`, else "Nothing ran: <reason>."."""
-        self._services.check_open()
         journal = self._services.journal
-        with contextlib.suppress(OSError):  # a full disk: the refusal is said all the same
-            journal.begin_script(script_id, self.name, self.generation, "", time.time())
-            journal.end_script(script_id, "refused", time.time())
+        if not self._services.is_closed():  # else the journal is closed, or closing
+            with contextlib.suppress(OSError):  # a full disk: the refusal is said all the same
+                journal.begin_script(script_id, self.name, self.generation, "", time.time())
+                journal.end_script(script_id, "refused", time.time())
         return ScriptResult(
             status="refused",
             note=note or f"Nothing ran: {reason}.",
+            generation=self.generation,
+            script_id=script_id,
+            shell=self.name,
+            time_limit=time_limit,
+            text_limit=self._services.settings.text_limit,
+        )
+
+    def _closed_before_start(self, script_id: str, time_limit: float) -> ScriptResult:
+        journal = self._services.journal
+        with contextlib.suppress(OSError):  # a full disk: the cancel is said all the same
+            journal.begin_script(script_id, self.name, self.generation, "", time.time())
+            journal.end_script(script_id, "cancelled", time.time())
+        return ScriptResult(
+            status="cancelled",
+            note="Cancelled by the caller (the shell was closed) before the script began: "
+            "nothing ran.",
             generation=self.generation,
             script_id=script_id,
             shell=self.name,
@@ -437,14 +486,22 @@ class Shell:
 
         A script still running is stopped first (interrupt, then a kill after the grace
         period), so its run returns as cancelled, giving `reason`, and is journaled before
-        the journal closes.
+        the journal closes; one that has not begun yet is not begun.
         """
+        self._closes += 1
         interpreter = self._interpreter
         if interpreter is not None and self._running is not None:
             await interpreter.stop(reason, self._services.settings.grace)
             if self._ended is not None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._ended.wait(), OUTPUT_END_WAIT + SHUTDOWN_WAIT)
+        elif self._running is not None and self._ended is not None and self._services.is_closed():
+            # A run still getting its interpreter: it sees the runtime closed and ends that
+            # interpreter itself (`_run`), within its start-up's bound.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._ended.wait(), self._services.settings.start_timeout + SHUTDOWN_WAIT
+                )
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None

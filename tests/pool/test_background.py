@@ -278,3 +278,47 @@ def test_past_the_newest_kept_logs_only_ones_no_script_can_still_write_are_remov
         "s_bg-1.log",
         "s_bg-2.log",
     ]
+
+
+@pytest.mark.timeout(30)
+async def test_a_background_script_cancelled_as_it_ends_keeps_its_result_and_frees_its_place(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime(echo, max_interpreters=2, queue_timeout=2)
+    for _ in range(3):
+        handle = await rt.shell("a").start("print('ran')\nx = await echo(x=1)", time_limit=10)
+        # The script has ended in its interpreter, whose closing the handle still waits for.
+        while handle.status() == "running":
+            interpreter = handle._interpreter
+            if interpreter is not None and interpreter.runs and not interpreter.busy:
+                break
+            await asyncio.sleep(0)
+        assert handle.status() == "running"
+        result = await asyncio.wait_for(handle.cancel(), 10)
+        assert result.status == "ok", result.text
+        assert result.stdout == "ran\n" and result.calls.by_fate == {"seen": 1}
+        assert [s.status for s in rt.journal.scripts() if s.script_id == handle.id] == ["ok"]
+    pool = rt._pool
+    assert pool is not None and pool.live == 0
+    assert (await rt.shell("b").run("1")).status == "ok"
+
+
+@pytest.mark.timeout(30)
+async def test_a_second_cancel_does_not_cut_short_the_clean_up_after_the_first(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    rt = await make_runtime(grace=5)
+    started = tmp_path / "started"
+    code = (
+        f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('')\n"
+        "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n"
+        "    time.sleep(1)\n    print('cleaned up', flush=True)\n    raise\n"
+    )
+    handle = await rt.shell("main").start(code, time_limit=20)
+    await wait_for_file(started)
+    first = asyncio.ensure_future(handle.cancel())
+    await asyncio.sleep(0.3)  # the script is cleaning up after the first interrupt
+    result = await asyncio.wait_for(handle.cancel(), 20)
+    assert (await first) is result
+    assert result.status == "cancelled", result.text
+    assert result.stdout == "cleaned up\n"

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import time
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 
-from tests.conftest import MakeRuntime, wait_for_file
+from tests.conftest import MakeRuntime, eventually, is_gone, wait_for_file
 from toolscript import tool
+from toolscript.host.template import Template
 
 
 @tool
@@ -186,3 +192,79 @@ async def test_one_shells_crash_and_flood_never_disturb_another(
     assert flooded.status == "ok" and "bytes of output cut" in flooded.stdout
     after = await calm.run("kept")
     assert after.value == "'here'" and after.generation == 1
+
+
+@pytest.mark.timeout(60)
+async def test_closing_the_runtime_while_shells_get_interpreters_refuses_them_and_leaves_none(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime(pool_size=0, fork=False)
+    runs = [asyncio.ensure_future(rt.shell(f"s{n}").run("'ran'")) for n in range(6)]
+    pool = rt._pool
+    assert pool is not None
+    await eventually(lambda: pool.live == 6, 10, "the runs did not ask for interpreters")
+    await asyncio.sleep(0.05)  # their kernels are starting
+    started = [child.pid for child in psutil.Process().children(recursive=True)]
+    await asyncio.wait_for(rt.aclose(), 30)
+    left = [pid for pid in started if not is_gone(pid)]
+    assert left == [], f"processes left after aclose: {left}"
+    for result in await asyncio.wait_for(asyncio.gather(*runs), 10):
+        assert result.status == "refused", result.text
+        assert "the runtime was closed" in result.note
+
+
+@pytest.mark.timeout(60)
+async def test_a_template_killed_from_outside_is_not_blamed_on_its_interpreters_scripts(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    rt = await make_runtime(pool_size=1)
+    assert await asyncio.wait_for(rt.template_ready(), 20) is True
+    if rt.sandbox == "process only":
+        pytest.skip("without a sandbox, forked kernels outlive their template")
+    started = tmp_path / "started"
+    code = f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('')\ntime.sleep(30)"
+    run = asyncio.ensure_future(rt.shell("a").run(code, time_limit=40))
+    await wait_for_file(started)
+    template = rt._template
+    assert template is not None
+    os.kill(template._process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+    result = await asyncio.wait_for(run, 20)
+    assert result.status == "crashed", result.text
+    assert "broke the protocol" not in result.note and "template" in result.note, result.note
+    again = await asyncio.wait_for(rt.shell("a").run("1"), 20)
+    assert again.status == "ok", again.text
+    assert "broke the protocol" not in again.note and "template" in again.note, again.note
+
+
+@pytest.mark.timeout(60)
+async def test_an_interpreter_start_cancelled_while_its_kernel_is_forked_leaves_nothing_running(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = await make_runtime(pool_size=0, fork=False)
+    if rt.sandbox == "process only":
+        pytest.skip("without a sandbox, an interpreter is spawned, not forked")
+    pool = rt._pool
+    assert pool is not None
+    host = psutil.Process()
+    before = {child.pid for child in host.children(recursive=True)}
+    fork = Template.fork
+
+    async def slow_fork(self: Template, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.5)  # the moment a busy machine takes, made long enough to hit
+        return await fork(self, *args, **kwargs)
+
+    monkeypatch.setattr(Template, "fork", slow_fork)
+    interpreter = pool._make()
+    starting = asyncio.ensure_future(interpreter.start())
+    # Its sandbox's own template is up, and is asked for the kernel.
+    await eventually(
+        lambda: interpreter._process._own_template is not None, 20, "no template of its own"
+    )
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await starting
+
+    def none_left() -> bool:
+        return {child.pid for child in host.children(recursive=True)} <= before
+
+    await eventually(none_left, 10, "the processes of a cancelled start were left")

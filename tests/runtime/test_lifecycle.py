@@ -244,3 +244,22 @@ async def test_starting_from_two_tasks_at_once_starts_once_and_closes_everything
 
 def open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.timeout(30)
+async def test_an_aclose_made_while_another_closes_returns_once_all_is_closed(
+    make_runtime: MakeRuntime,
+) -> None:
+    before = children_of_this_process()
+    runtime = await make_runtime(pool_size=1)
+    await runtime.run("1")
+    running = asyncio.ensure_future(runtime.run("import time\ntime.sleep(30)", time_limit=40))
+    await asyncio.sleep(0.3)
+    started = children_of_this_process() - before
+    assert started
+    first = asyncio.ensure_future(runtime.aclose())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(runtime.aclose(), 20)
+    assert first.done()
+    assert all(is_gone(pid) for pid in started), "the second aclose returned before the close"
+    assert (await running).status == "cancelled"

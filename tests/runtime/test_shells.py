@@ -314,3 +314,30 @@ async def test_the_same_tool_given_twice_is_one_tool(make_runtime: MakeRuntime) 
     assert (result.status, result.value) == ("ok", "4"), result.text
     assert "could not be bound" not in result.note
     assert "could not be bound" not in runtime.prompt()
+
+
+@tool
+async def answer(x: int) -> int:
+    """Answer x."""
+    return x
+
+
+@pytest.mark.timeout(30)
+async def test_a_shell_closed_before_its_script_began_does_not_begin_it(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    runtime = await make_runtime(tools=[answer])
+    shell = runtime.shell("main")
+    await shell.run("1")
+    ran = tmp_path / "ran"
+    code = f"await answer(x=1)\nopen({str(ran)!r}, 'w').close()\nimport time\ntime.sleep(20)"
+    running = asyncio.ensure_future(shell.run(code, time_limit=25))
+    await asyncio.sleep(0)  # the run has begun: its check before running is under way
+    started = time.monotonic()
+    await shell.close()
+    assert time.monotonic() - started < 1.5
+    result = await asyncio.wait_for(running, 10)
+    assert result.status == "cancelled", result.text
+    assert "nothing ran" in result.note and "SIGKILL" not in result.note
+    assert not ran.exists()
+    assert (await shell.run("2")).status == "ok"

@@ -155,6 +155,10 @@ class Interpreter:
         """Its tools were bound by another host: bind this host's before the next run."""
         self._resuming: RunningScript | None = None
         self._taken_back: asyncio.Future[None] | None = None
+        self._stopping: (
+            tuple[asyncio.Future[wire.DoneFrame], asyncio.Future[wire.DoneFrame]] | None
+        ) = None
+        """The stop under way, with the `done` of the script it stops."""
         """Done once a kernel taken back from a keeper has said what it holds (or is gone)."""
 
     # -- what it is --------------------------------------------------------------------------
@@ -255,7 +259,13 @@ class Interpreter:
         # Start-up output is the kernel's, not a script's: kept to explain a failed start.
         self._stdout.begin(secrets.token_hex(8), at_start_marker=False)
         self._stderr.begin(secrets.token_hex(8), at_start_marker=False)
-        host_end = await self._process.start()
+        try:
+            host_end = await self._process.start()
+        except asyncio.CancelledError:
+            # Cancelled while its kernel was made: a sandbox of its own, or a kernel the
+            # template forked, would be held by nobody (`kill` ends both).
+            await asyncio.shield(self.kill())
+            raise
         channel = self._channel
         try:
             await channel.connect(host_end)
@@ -591,6 +601,18 @@ class Interpreter:
     async def _stop(self, reason: str, grace: float) -> wire.DoneFrame:
         done = self._channel.done
         assert done is not None
+        stopping = self._stopping
+        if stopping is not None and stopping[0] is done and not stopping[1].done():
+            # Stopped already (a cancel, then the runtime's close, say): a second SIGINT
+            # would cut short the clean-up the first one's grace period is for.
+            return await asyncio.shield(stopping[1])
+        task = asyncio.ensure_future(self._stop_once(done, grace))
+        self._stopping = (done, task)
+        return await asyncio.shield(task)
+
+    async def _stop_once(
+        self, done: asyncio.Future[wire.DoneFrame], grace: float
+    ) -> wire.DoneFrame:
         if not done.done() and self.alive and self.pid is not None:
             self._process.signal(signal.SIGINT)  # the kernel's handler turns it into a stop
             try:

@@ -21,6 +21,10 @@ from .interpreter import Interpreter, InterpreterStartError
 _log = logging.getLogger(__name__)
 
 
+CLOSED = "the runtime was closed before this script could have an interpreter"
+"""Why a request for an interpreter made or waiting while the runtime closes is refused."""
+
+
 class CapReached(Exception):
     """No interpreter could be had within the wait; `reason` says why."""
 
@@ -93,10 +97,11 @@ class InterpreterPool:
     async def acquire(self) -> Interpreter:
         """A started interpreter, counted live. Raises `CapReached` or `InterpreterStartError`."""
         async with self._freed:
-            if self._live >= self.cap:
+            if self._live >= self.cap and not self._closed:
                 try:
                     await asyncio.wait_for(
-                        self._freed.wait_for(lambda: self._live < self.cap), self.queue_timeout
+                        self._freed.wait_for(lambda: self._live < self.cap or self._closed),
+                        self.queue_timeout,
                     )
                 except TimeoutError:
                     raise CapReached(
@@ -104,6 +109,8 @@ class InterpreterPool:
                         f"was freed within {self.queue_timeout:g} s; try again later, or raise "
                         "max_interpreters"
                     ) from None
+            if self._closed:
+                raise CapReached(CLOSED)
             self._live += 1
         try:
             interpreter = self._take_warm()
@@ -113,6 +120,13 @@ class InterpreterPool:
         except BaseException:
             await self.release()
             raise
+        if self._closed:
+            # Closed while it started: nobody would ever end it.
+            try:
+                await asyncio.shield(interpreter.close())
+            finally:
+                await self.release()
+            raise CapReached(CLOSED)
         self.fill()
         return interpreter
 
@@ -133,9 +147,16 @@ class InterpreterPool:
             self._live = max(0, self._live - 1)
             self._freed.notify()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def close(self) -> None:
-        """Stop refilling and close the warm interpreters (bounded)."""
+        """Stop refilling and close the warm interpreters (bounded); a request waiting in
+        line, or one made from now on, is refused."""
         self._closed = True
+        async with self._freed:
+            self._freed.notify_all()
         if self._filler is not None:
             self._filler.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

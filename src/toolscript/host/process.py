@@ -282,16 +282,26 @@ class KernelProcess:
                 self._pidfd = os.pidfd_open(forked.pid)
             except OSError:
                 self._pidfd = None  # it is gone already; the status will say how
-        for fd, pipe in ((1, forked.stdout), (2, forked.stderr)):
-            pipe_transport, _ = await loop.connect_read_pipe(
-                lambda fd=fd: _PipeProtocol(self, fd),  # type: ignore[misc]
-                os.fdopen(pipe, "rb", buffering=0),
-            )
-            _read_less(pipe_transport)
+        # Its end is watched first: a cancel while its pipes are wired leaves nothing open
+        # once it has ended.
         if self._pidfd is None:
             loop.call_soon(self._forked_exited)
         else:
             loop.add_reader(self._pidfd, self._forked_exited)
+        pipes = [forked.stdout, forked.stderr]
+        try:
+            for fd in (1, 2):
+                pipe = os.fdopen(pipes.pop(0), "rb", buffering=0)
+                pipe_transport, _ = await loop.connect_read_pipe(
+                    lambda fd=fd: _PipeProtocol(self, fd),  # type: ignore[misc]
+                    pipe,
+                )
+                _read_less(pipe_transport)
+        except BaseException:
+            for left in pipes:
+                os.close(left)
+            forked.channel.close()
+            raise
         return forked.channel
 
     def _forked_exited(self) -> None:
@@ -350,6 +360,8 @@ class KernelProcess:
         words = describe_exit(self.returncode)
         if self.forked and getattr(self.launch.template, "lost", False) is True:
             return f"{words}, with the keeper that held it, which exited"
+        if self.forked and getattr(self.launch.template, "died", False) is True:
+            return f"{words}, with the template it was forked from, which died"
         return words
 
     def note(self, **meta: object) -> None:

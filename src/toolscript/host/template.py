@@ -82,6 +82,9 @@ class Template:
         self._early_exits: dict[int, int] = {}
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._closed = False
+        self.died = False
+        """The template process died without being closed (killed from outside): every
+        kernel it forked died with it, and no exit status of theirs will come."""
         self.preloaded: list[str] = []
         self.preload_failures: list[tuple[str, str]] = []
         asyncio.get_running_loop().add_reader(control.fileno(), self._readable)
@@ -255,6 +258,12 @@ class Template:
                 os.close(fd)
             channel.close()
             raise TemplateError(f"the template did not fork a kernel ({error!r})") from None
+        except asyncio.CancelledError:
+            # A kernel forked all the same finds its channel closed, and ends.
+            for fd in (stdout, stderr):
+                os.close(fd)
+            channel.close()
+            raise
         finally:
             self._waiting.pop(number, None)
         pidfd = answer.pop("_fds", [None])[0]
@@ -323,12 +332,18 @@ class Template:
     def _gone(self) -> None:
         if not self._closed:
             self._closed = True
+            self.died = True
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_reader(self._control.fileno())
             self._control.close()
         if not self._ready.done():
             self._ready.set_exception(TemplateError("the template exited during start-up"))
         fail_waiting(self._waiting, "the template exited")
+        # No exit status of a kernel it forked will come now: those still waiting for one
+        # are told at once, rather than after their channel's loss is taken for a fault.
+        children, self._children = self._children, {}
+        for status in children.values():
+            status.cancel()
 
     async def _stderr_tail(self) -> str:
         stream = self._process.stderr
