@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Shell", "ShellServices"]
 
+_BIND_FAILURES_TOLD = 10
+"""Tools that could not be bound, named one by one in a result's note; the rest counted."""
+
 
 @dataclass(frozen=True, slots=True)
 class ShellServices:
@@ -306,8 +309,14 @@ class Shell:
         if reset_note:
             notes.append(reset_note)
         notes.extend(services.unconfined_words(interpreter))
-        for key, why in interpreter.bind_failures:
+        failures = interpreter.bind_failures
+        for key, why in failures[:_BIND_FAILURES_TOLD]:
             notes.append(f"The tool {key} could not be bound and is missing: {why}")
+        if len(failures) > _BIND_FAILURES_TOLD:
+            notes.append(
+                f"{len(failures) - _BIND_FAILURES_TOLD} more tools could not be bound and are "
+                "missing; `rt.prompt()` lists the tools that are."
+            )
         refusal, check_notes = await check_before_running(services, code, interpreter)
         if refusal is not None:
             return self._refused(script_id, "", limit, note=refusal)

@@ -309,6 +309,25 @@ async def test_an_argument_that_does_not_fit_the_schema_is_refused_naming_it(
     assert (record.fate, record.cause) == ("refused", None)
 
 
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ("file_path='p', kwargs={'x': float('nan')}", "holds nan, which JSON cannot carry"),
+        ("file_path='p', kwargs={'x': [float('-inf')]}", "holds -inf, which JSON cannot carry"),
+        ("file_path='\\ud800'", "a lone surrogate"),
+    ],
+)
+async def test_an_argument_json_cannot_carry_to_a_server_is_refused_not_changed(
+    rt: Runtime, arguments: str, problem: str
+) -> None:
+    # Sent, NaN and the infinities reached the server as null; a lone surrogate failed the
+    # write after dispatch and was reported `seen`.
+    message, result = await error_of(rt, f"demo.odd_names({arguments})")
+    assert problem in message and "not sent" in message, message
+    [record] = result.calls.records
+    assert (record.fate, record.cause) == ("refused", None)
+
+
 async def test_a_tool_coroutine_never_awaited_is_named_in_the_result_and_never_sent(
     rt: Runtime,
 ) -> None:

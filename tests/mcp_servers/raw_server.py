@@ -8,6 +8,8 @@ It answers `initialize`, `tools/list` and these tools (any other request: a JSON
                     its stdout open, as a server whose input broke: the client's next write
                     fails
     flood(bytes)    writes `bytes` bytes of one line that never ends, and lives on
+    orphan(pid_file) starts a child that inherits its pipes (writing the child's pid to
+                    `pid_file`), then dies mid-call: the pipes stay open
 
 Run: python raw_server.py
 """
@@ -26,6 +28,7 @@ TOOLS = [
         ("noisy", "Garbage around an answer cut in two."),
         ("deafen", "Stop reading stdin."),
         ("flood", "Write bytes without a line's end."),
+        ("orphan", "Leave a child holding the pipes, and die."),
     )
 ]
 
@@ -79,6 +82,13 @@ def main() -> None:
                 write(b"x" * (1 << 16))
             time.sleep(600)
             return
+        elif method == "tools/call" and params.get("name") == "orphan":
+            import subprocess
+
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+            with open((params.get("arguments") or {})["pid_file"], "w") as pid_file:
+                pid_file.write(str(child.pid))
+            os._exit(3)
         elif method == "tools/call" and params.get("name") == "deafen":
             send({"jsonrpc": "2.0", "id": ident, "result": text_result("deaf now")})
             os.close(0)

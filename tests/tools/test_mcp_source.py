@@ -267,6 +267,26 @@ async def test_a_server_that_keeps_dying_is_not_started_again_past_the_bound(
         assert (tmp_path / "demo.log").read_text().count(f": starting {sys.executable}") == 2
 
 
+@pytest.mark.timeout(40)
+async def test_a_server_given_up_is_started_again_once_its_pause_has_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given up for good, a server down for a minute stayed lost for the runtime's whole life.
+    from toolscript.tools.mcp import server as mcp_server
+
+    monkeypatch.setattr(mcp_server, "RESTART_WINDOW", 5.0)
+    config = {"mcpServers": {"demo": demo()}}
+    async with await MCPTools.open(config, tmp_path, max_restarts=1) as tools:
+        for _ in range(2):
+            with pytest.raises(SourceGone):
+                await asyncio.wait_for(call(tools, "crash"), 20)
+        with pytest.raises(ToolFailure, match="keeps dying"):
+            await asyncio.wait_for(call(tools, "echo", text="again"), 20)
+        await asyncio.sleep(5.2)
+        outcome = await asyncio.wait_for(call(tools, "echo", text="back"), 20)
+        assert outcome == ToolOutcome(value="back")
+
+
 # --- the tool list changes --------------------------------------------------------------------
 
 
@@ -376,3 +396,58 @@ async def test_an_http_server_that_is_not_listening_is_reported_by_name(tmp_path
     tools = await MCPTools.open(config, tmp_path, startup_timeout=10)
     await tools.aclose()
     assert "'gone'" in tools.failures["gone"]
+
+
+@pytest.mark.timeout(30)
+async def test_an_answer_over_a_mebibyte_comes_whole_over_http_as_over_stdio(
+    http_url: str, tmp_path: Path
+) -> None:
+    text = "x" * (3 << 20)  # over the SDK's default bound of 1 MiB on one server-sent event
+    config = {"mcpServers": {"web": {"url": http_url}}}
+    async with await MCPTools.open(config, tmp_path, startup_timeout=15) as tools:
+        assert await call(tools, "echo", "web", text=text) == ToolOutcome(value=text)
+        assert await call(tools, "echo", "web", text="after") == ToolOutcome(value="after")
+
+
+@pytest.mark.timeout(60)
+async def test_an_http_server_that_restarted_between_calls_is_used_again_on_a_new_session(
+    tmp_path: Path,
+) -> None:
+    # A forwarder on one port stands for the server's address; the process behind it is
+    # replaced, as a restarted server is, and the new one knows none of the old sessions.
+    backend: dict[str, int] = {}
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", backend["port"])
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(1 << 16):
+                    sink.write(data)
+                    await sink.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    forwarder = await asyncio.start_server(forward, "127.0.0.1", 0)
+    port = forwarder.sockets[0].getsockname()[1]
+    config = {"mcpServers": {"web": {"url": f"http://127.0.0.1:{port}/mcp"}}}
+    try:
+        async with http_demo() as first:
+            backend["port"] = int(first.rsplit(":", 1)[1].split("/")[0])
+            tools = await MCPTools.open(config, tmp_path, startup_timeout=15)
+            assert tools.failures == {}
+            assert await call(tools, "echo", "web", text="before") == ToolOutcome(value="before")
+        try:
+            async with http_demo() as second:
+                backend["port"] = int(second.rsplit(":", 1)[1].split("/")[0])
+                for text in ("after", "again"):
+                    outcome = await asyncio.wait_for(call(tools, "echo", "web", text=text), 20)
+                    assert outcome == ToolOutcome(value=text)
+        finally:
+            await asyncio.wait_for(tools.aclose(), 15)
+    finally:
+        forwarder.close()

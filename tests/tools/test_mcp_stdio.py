@@ -88,6 +88,32 @@ async def test_a_server_that_stops_reading_fails_the_next_call_as_gone_and_is_st
 
 
 @pytest.mark.timeout(30)
+async def test_a_server_that_dies_leaving_a_child_on_its_pipes_is_gone_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    pid_file = tmp_path / "child.pid"
+    async with await MCPTools.open(
+        {"mcpServers": {"raw": server("raw_server.py")}}, tmp_path
+    ) as tools:
+        # The child holds the server's stdout: no end of stream ever comes by itself.
+        with pytest.raises(SourceGone, match=r"'raw'.*'orphan'"):
+            await call(tools, "raw", "orphan", pid_file=str(pid_file))
+        assert await call(tools, "raw", "noisy", text="back") == ToolOutcome(value="back")
+    child = int(pid_file.read_text())
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        os.kill(child, 9)
+        raise AssertionError("the server's child outlived it")
+
+
+@pytest.mark.timeout(30)
 async def test_a_line_that_never_ends_ends_the_session_not_the_hosts_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

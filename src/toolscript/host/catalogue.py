@@ -71,6 +71,8 @@ class ToolCatalogue:
         for spec in every:
             self._specs.setdefault(spec.key, spec)  # a repeated key: the planner names it
         self.default_timeout = default_timeout
+        self._sent_as_json = {key for key, spec in self._specs.items() if spec.server is not None}
+        """The MCP tools: their arguments leave the host as JSON, where NaN has no spelling."""
         self.plans: list[dict[str, Any]] = plans_for(every)
         plans = {str(plan.get("key")): plan for plan in self.plans}
         self._validators = {
@@ -130,6 +132,8 @@ class ToolCatalogue:
         if validator is None:
             return f"there is no tool {key!r}"
         problem = validator.validate(args, decoded=True)
+        if problem is None and key in self._sent_as_json:
+            problem = _not_json(args)
         return None if problem is None else f"{key}: {problem}"
 
     async def call(self, key: str, args: dict[str, Any]) -> Answer:
@@ -214,6 +218,40 @@ def _answer_to(key: str, error: Exception, timeout: float | None) -> Answer:
         return Answer("error", str(error), str(error))
     message = f"{key} failed in the host: {type(error).__name__}: {error}"
     return Answer("error", message, message)
+
+
+# Goal: an MCP server gets the arguments the script passed, or the call is refused.
+# What fails: the kernel's frames carry NaN, the infinities and lone surrogates (a Python
+# tool takes them as they are), but the request to an MCP server is JSON written by pydantic:
+# NaN and the infinities became `null` without a word, and a lone surrogate failed the write
+# after the call was counted as dispatched ("failed in the host", fate `seen`).
+# What we do: such arguments to an MCP tool are refused before dispatch, naming the problem.
+def _not_json(value: Any, depth: int = 0) -> str | None:
+    """Why `value` cannot be sent as JSON to an MCP server unchanged, or None."""
+    kind = type(value)
+    if kind is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            return (
+                f"an argument holds {value!r}, which JSON cannot carry (the server would "
+                "get null): the call was not sent"
+            )
+    elif kind is str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return (
+                "an argument holds a lone surrogate, which cannot be sent as UTF-8: the call "
+                "was not sent"
+            )
+    elif depth < 100 and (kind is dict or kind is list):
+        items = value.items() if kind is dict else enumerate(value)
+        for name, item in items:
+            problem = (type(name) is str and _not_json(name, depth + 1)) or _not_json(
+                item, depth + 1
+            )
+            if problem:
+                return problem
+    return None
 
 
 CLEANUP_WAIT = 1.0

@@ -34,7 +34,7 @@ from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.message import SessionMessage
 
 from .config import HTTPServerConfig, ServerConfig
-from .stdio import stdio_streams
+from .stdio import MAX_LINE, stdio_streams
 from .streams import MessageReader
 
 __all__ = ["CLOSE_TIMEOUT", "Connection", "Transport", "transport"]
@@ -102,14 +102,22 @@ class Connection:
     async def list_tools(self) -> tuple[types.Tool, ...]:
         """Every tool the server lists, following its pages (at most 100 of them)."""
         tools: list[types.Tool] = []
+        names: set[str] = set()
+        cursors: set[str] = set()
         cursor: str | None = None
         for _ in range(_MAX_LIST_PAGES):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
             page = await self.session.list_tools(params=params)
-            tools.extend(page.tools)
+            for tool in page.tools:
+                # A server that lists a tool twice, or serves one page again, has it once: the
+                # first. (Each copy past the first would be reported as a tool not bound.)
+                if tool.name not in names:
+                    names.add(tool.name)
+                    tools.append(tool)
             cursor = page.next_cursor
-            if cursor is None:
+            if cursor is None or cursor in cursors:
                 break
+            cursors.add(cursor)
         return tuple(tools)
 
     async def close(self) -> None:
@@ -208,6 +216,10 @@ async def _http_transport(config: HTTPServerConfig) -> AsyncIterator[TransportSt
     timeout = httpx2.Timeout(30.0, read=300.0)
     async with (
         httpx2.AsyncClient(headers=config.headers, timeout=timeout) as client,
-        streamable_http_client(config.url, http_client=client) as streams,
+        # The SDK's own bound on one server-sent event is 1 MiB: an answer longer than that
+        # would fail as if the server had gone. An HTTP server's answers get the stdio bound.
+        streamable_http_client(
+            config.url, http_client=client, max_sse_event_size=MAX_LINE
+        ) as streams,
     ):
         yield streams

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from ..spec import SourceGone, ToolOutcome
 
-__all__ = ["answer_error", "answer_was_lost", "failure_reason", "source_gone"]
+__all__ = ["answer_error", "answer_was_lost", "failure_reason", "session_expired", "source_gone"]
 
 # Goal: tell "the server answered with an error" from "the answer can never come".
 # What fails: the SDK reports both as `MCPError`, and it synthesizes the lost-answer errors
@@ -26,12 +26,31 @@ __all__ = ["answer_error", "answer_was_lost", "failure_reason", "source_gone"]
 # What we do: code -32000 with one of the SDK's own messages (mcp 2.3.0) means the answer was
 # lost, so the call is `SourceGone` (effect unknown), never an error answer. A server's own
 # -32000 with other words stays the tool's error.
-_LOST_ANSWER_MESSAGES = ("Connection closed", "SSE stream ")
+_LOST_ANSWER_MESSAGE = "Connection closed"
+_LOST_STREAM_PREFIX = "SSE stream "
 
 
 def answer_was_lost(exc: MCPError) -> bool:
-    """Whether `exc` is the SDK saying the answer can never come, not the server's error."""
-    return exc.code == CONNECTION_CLOSED and exc.message.startswith(_LOST_ANSWER_MESSAGES)
+    """Whether `exc` is the SDK saying the answer can never come, not the server's error.
+
+    "Connection closed" is matched whole: a server's own -32000 that merely begins so
+    ("Connection closed by the database") is its answer, not a sign it went away."""
+    return exc.code == CONNECTION_CLOSED and (
+        exc.message == _LOST_ANSWER_MESSAGE or exc.message.startswith(_LOST_STREAM_PREFIX)
+    )
+
+
+# Goal: a streamable HTTP server that restarted (or expired the session) is used again.
+# What fails: it answers 404 to the old session id, which the SDK's client hands on as an
+# error answer: "Session terminated" (its own words for a 404 without a JSON-RPC body), or the
+# server's own body ("Session not found" from the Python and TypeScript SDKs' servers).
+# What we do: those words mean the session is gone; the caller opens a new one.
+_SESSION_GONE_MESSAGES = ("Session terminated", "Session not found")
+
+
+def session_expired(exc: MCPError) -> bool:
+    """Whether `exc` is an HTTP server saying it no longer knows the client's session."""
+    return exc.message in _SESSION_GONE_MESSAGES
 
 
 def answer_error(

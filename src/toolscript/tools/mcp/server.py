@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from ..spec import ToolAnnotations, ToolFailure, ToolOutcome, ToolSpec, call_context
 from .config import HTTPServerConfig, ServerConfig
 from .connection import CLOSE_TIMEOUT, Connection, transport
-from .errors import answer_error, answer_was_lost, failure_reason, source_gone
+from .errors import answer_error, answer_was_lost, failure_reason, session_expired, source_gone
 from .results import tool_outcome
 
 __all__ = ["DEFAULT_STARTUP_TIMEOUT", "MAX_RESTARTS", "RESTART_WINDOW", "MCPServer"]
@@ -30,8 +30,10 @@ DEFAULT_STARTUP_TIMEOUT = 30.0
 MAX_RESTARTS = 3
 RESTART_WINDOW = 60.0
 """A server that had to be started again (it went away, or a restart failed) more than
-`MAX_RESTARTS` times in `RESTART_WINDOW` seconds is not started again while this `MCPServer`
-lives; its calls fail with a `ToolFailure` saying so."""
+`MAX_RESTARTS` times in `RESTART_WINDOW` seconds is not started again for the next
+`RESTART_WINDOW` seconds; its calls meanwhile fail with a `ToolFailure` saying so. (Given up
+for good, a server that was down for a minute, or an HTTP server out of reach for a few
+seconds, stayed lost for as long as the runtime ran.)"""
 
 
 class MCPServer:
@@ -65,6 +67,7 @@ class MCPServer:
         self._connecting = asyncio.Lock()
         self._restarts: deque[float] = deque()
         self._given_up: str | None = None
+        self._given_up_until = 0.0
         self._log = ServerLog(log_path, config.name)
         self._restart: asyncio.Task[Connection] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -104,11 +107,22 @@ class MCPServer:
         `ToolFailure` when the call could not be sent (the server is closed, will not start
         again, or keeps dying).
         """
+        call = call_context()
+        key = call.idempotency_key if call is not None else None
         connection = await self._connected()
         try:
-            call = call_context()
-            key = call.idempotency_key if call is not None else None
-            result = await connection.call_tool(tool, arguments, key)
+            try:
+                result = await connection.call_tool(tool, arguments, key)
+            except MCPError as exc:
+                if not (isinstance(self.config, HTTPServerConfig) and session_expired(exc)):
+                    raise
+                # The server no longer knows the session (it restarted, or expired it): it
+                # refused the call without running it, so the call is made once more on a new
+                # session, as the protocol asks of a client that gets 404 for its session.
+                connection.gone.set()
+                self._log.write(f"the session had expired at a call of {tool!r}; opening a new one")
+                connection = await self._connected()
+                result = await connection.call_tool(tool, arguments, key)
         except MCPError as exc:
             if connection.gone.is_set() or answer_was_lost(exc):
                 connection.gone.set()
@@ -177,7 +191,10 @@ class MCPServer:
             if self._closed:
                 raise ToolFailure(f"MCP server {self.name!r} is closed.")
             if self._given_up is not None:
-                raise ToolFailure(self._given_up)
+                if time.monotonic() < self._given_up_until:
+                    raise ToolFailure(self._given_up)
+                self._given_up = None
+                self._restarts.clear()
             if connection is not None:
                 self._connection = None
                 await connection.close()
@@ -193,9 +210,11 @@ class MCPServer:
         if len(self._restarts) > self.max_restarts:
             self._given_up = (
                 f"MCP server {self.name!r} keeps dying: it had to be started again "
-                f"{len(self._restarts)} times in the last {RESTART_WINDOW:.0f} s, so toolscript "
-                f"stopped starting it. Look at its log {str(self.log_path)!r}."
+                f"{len(self._restarts)} times in the last {RESTART_WINDOW:g} s, so toolscript "
+                f"stopped starting it for {RESTART_WINDOW:g} s. Look at its log "
+                f"{str(self.log_path)!r}."
             )
+            self._given_up_until = now + RESTART_WINDOW
             self._log.write(self._given_up)
             raise ToolFailure(self._given_up)
         self._log.write("starting it again")

@@ -23,7 +23,10 @@ longer than `MAX_LINE`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import TextIO
@@ -47,6 +50,8 @@ _KILL_TIMEOUT = 2.0
 killed server to be seen gone (the SDK's figures)."""
 
 _EXIT_POLL = 0.01
+_WATCH_POLL = 0.25
+"""Seconds between looks at whether a running server's process has exited."""
 _CHUNK = 1 << 16
 
 MAX_LINE = 256 * 1024 * 1024
@@ -71,9 +76,11 @@ async def stdio_streams(
     )
     assert process.stdin is not None and process.stdout is not None
     output = ServerOutput(process.stdout)
+    watch = asyncio.get_running_loop().create_task(_end_with(process))
     try:
         yield output, ServerInput(process.stdin, output)
     finally:
+        watch.cancel()
         with anyio.CancelScope(shield=True):
             await _stop(process)
 
@@ -176,6 +183,8 @@ async def _stop(process: Process) -> None:
             await terminate_posix_process_tree(process, _KILL_TIMEOUT)
             if not await _exited(process, _KILL_TIMEOUT):
                 logger.warning("MCP server process %d outlived its kill; left behind", process.pid)
+        if process.returncode is not None:
+            _kill_group(process.pid)  # what it started and left, so none outlives it
         group.cancel_scope.cancel()
     with suppress(OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
         await process.stdout.aclose()
@@ -186,6 +195,26 @@ async def _stop(process: Process) -> None:
     if callable(close):
         with suppress(PermissionError):
             close()
+
+
+# Goal: a server that exits ends its stream, and leaves nothing of its own running.
+# What fails: the stream ends when its stdout reaches its end, and a child the server
+# started holds the same pipes (it inherited them): when the server dies, no end comes. Every
+# call then waits out its tool timeout, the server is never started again, and the child
+# outlives the runtime (the stop kills the process group only when the server itself is slow
+# to exit).
+# What we do: once the server's own process has exited, what is left of its process group
+# (its session's, made at its start) is killed; the pipes then close, the stream ends after
+# the last line the server wrote, and a call in flight is reported gone.
+async def _end_with(process: Process) -> None:
+    while process.returncode is None:
+        await asyncio.sleep(_WATCH_POLL)
+    _kill_group(process.pid)
+
+
+def _kill_group(pid: int) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 async def _drain(stdout: ByteReceiveStream) -> None:
