@@ -270,6 +270,69 @@ async def test_a_tools_timeout_holds_for_a_handler_that_ignores_its_cancellation
     assert cleaned == ["tidy"]
 
 
+async def test_a_sync_handler_raising_stop_iteration_or_generator_exit_is_an_error_not_a_hang(
+    make_runtime: MakeRuntime,
+) -> None:
+    # A future cannot carry StopIteration (`next()` on an empty iterator), and GeneratorExit
+    # thrown into the waiting task closed the handler instead of reaching its `except`.
+    @tool(timeout=15)
+    def first_match(items: list[str], prefix: str) -> str:
+        """The first item with the prefix."""
+        return next(item for item in items if item.startswith(prefix))
+
+    @tool(timeout=15)
+    def closes() -> str:
+        """Raises GeneratorExit."""
+        raise GeneratorExit("closed")
+
+    runtime = await make_runtime(tools=[first_match, closes])
+    result = await runtime.run(
+        "import asyncio\n"
+        "results = await asyncio.gather(first_match(items=['a'], prefix='b'), closes(),"
+        " return_exceptions=True)\n"
+        "[str(r) for r in results]",
+        time_limit=10,
+    )
+    assert result.status == "ok", result.text
+    assert eval(result.value or "[]") == ["StopIteration", "GeneratorExit: closed"]
+    assert result.calls.by_fate == {"seen": 2}
+
+
+async def test_sync_handlers_that_hang_leave_threads_for_the_other_tools(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The loop's default executor has cpus + 4 threads: hung calls used to take them all.
+    import os
+    import threading
+
+    release = threading.Event()
+
+    @tool(timeout=1)
+    def hangs(n: int) -> str:
+        """Blocks until released."""
+        release.wait(30)
+        return "late"
+
+    @tool(timeout=5)
+    def quick(a: int) -> int:
+        """Answers at once."""
+        return a + 1
+
+    runtime = await make_runtime(tools=[hangs, quick])
+    try:
+        hung = (os.cpu_count() or 1) + 5
+        result = await runtime.run(
+            "import asyncio\n"
+            f"await asyncio.gather(*(hangs(n=i) for i in range({hung})), return_exceptions=True)\n"
+            "await quick(a=1)",
+            time_limit=10,
+        )
+        assert result.status == "ok", result.text
+        assert result.value == "2"
+    finally:
+        release.set()
+
+
 async def test_closing_the_runtime_cancels_a_burst_still_waiting(
     make_runtime: MakeRuntime,
 ) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import contextvars
 import functools
 import inspect
 import math
@@ -37,6 +38,7 @@ import types
 import typing
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 import typing_extensions
@@ -56,6 +58,25 @@ R = TypeVar("R")
 
 _JSON_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 """Results that are JSON as they are: no conversion, nothing to await."""
+
+# Goal: a synchronous tool that hangs holds up its own calls, not the rest of the host.
+# What fails: in the event loop's default executor (`asyncio.to_thread`), a few hung calls
+# (each given up at its tool timeout, its thread still blocked) take every one of its
+# cpus + 4 threads; then every other synchronous tool never starts and times out, and so
+# does whatever else the host runs there (the DNS lookup of an HTTP MCP server, the keeper's
+# lock).
+# What we do: synchronous tools have threads of their own, more of them.
+TOOL_THREADS = 64
+"""Threads for synchronous tools' calls, shared by every runtime of the process."""
+_threads: ThreadPoolExecutor | None = None
+
+
+def _tool_threads() -> ThreadPoolExecutor:
+    global _threads
+    if _threads is None:
+        _threads = ThreadPoolExecutor(TOOL_THREADS, thread_name_prefix="toolscript-tool")
+    return _threads
+
 
 _PLAIN_JSON: frozenset[object] = frozenset(
     {str, int, float, bool, Any, object, inspect.Parameter.empty}
@@ -167,7 +188,12 @@ class Tool(Generic[P, R]):
             if self.is_async:
                 result = await call(**converted)
             else:
-                result = await asyncio.to_thread(call, **converted)
+                context = contextvars.copy_context()
+                result = await asyncio.get_running_loop().run_in_executor(
+                    _tool_threads(), functools.partial(context.run, _in_thread, call, converted)
+                )
+                if type(result) is _Raised:
+                    return ToolOutcome(value=_message(result.error), is_error=True)
             if type(result) not in _JSON_SCALARS:
                 if inspect.isawaitable(result):
                     result = await result
@@ -351,6 +377,29 @@ def _rebuilt_typeddict(cls: Any) -> Any:
     rebuilt.__doc__ = cls.__doc__
     rebuilt.__module__ = cls.__module__
     return rebuilt
+
+
+class _Raised:
+    """What a synchronous tool raised in its thread, carried out as a value."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+# Goal: whatever a synchronous tool raises becomes its error answer.
+# What fails: its thread's exception reaches the host's task through two futures, and
+# neither carries every exception: asyncio refuses to set `StopIteration` on a future (the
+# call then never ends: `next()` on an empty iterator is a common way to raise it), and a
+# `GeneratorExit` thrown into the awaiting task closes the handler's coroutine at its
+# `await` instead of being raised there, past the handler's own `except`.
+# What we do: the thread catches those two and returns them as a value.
+def _in_thread(call: Callable[..., Any], arguments: dict[str, Any]) -> Any:
+    try:
+        return call(**arguments)
+    except (StopIteration, GeneratorExit) as error:
+        return _Raised(error)
 
 
 def _message(error: BaseException, with_type: bool = True) -> str:
