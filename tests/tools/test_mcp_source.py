@@ -451,3 +451,32 @@ async def test_an_http_server_that_restarted_between_calls_is_used_again_on_a_ne
             await asyncio.wait_for(tools.aclose(), 15)
     finally:
         forwarder.close()
+
+
+@pytest.mark.timeout(30)
+async def test_an_http_error_with_no_answer_leaves_the_calls_effect_unknown(
+    tmp_path: Path,
+) -> None:
+    # A proxy's 504 while the tool runs on upstream is no answer: the call may have taken
+    # effect, so it is `SourceGone` (pending), never the tool's error answer. A JSON-RPC error
+    # in the body of an HTTP error is the server's own answer, and stays one.
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(SERVERS / "http_errors.py"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert process.stdout is not None
+        kind, port = (await asyncio.wait_for(process.stdout.readline(), 20)).decode().split()
+        assert kind == "PORT"
+        config = {"mcpServers": {"web": {"url": f"http://127.0.0.1:{port}/mcp"}}}
+        async with await MCPTools.open(config, tmp_path, startup_timeout=15) as tools:
+            with pytest.raises(SourceGone, match="HTTP error and no answer"):
+                await asyncio.wait_for(call(tools, "gateway_timeout", "web"), 10)
+            refused = await asyncio.wait_for(call(tools, "bad_params", "web"), 10)
+            assert refused == ToolOutcome(value="MCP error -32602: bad params", is_error=True)
+            assert await call(tools, "ok", "web") == ToolOutcome(value="ok")
+    finally:
+        process.kill()
+        await asyncio.wait_for(process.wait(), 10)

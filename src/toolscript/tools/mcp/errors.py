@@ -12,12 +12,20 @@ from pathlib import Path
 
 import httpx2
 from mcp import MCPError
-from mcp_types import CONNECTION_CLOSED
+from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR
 from pydantic import ValidationError
 
 from ..spec import SourceGone, ToolOutcome
 
-__all__ = ["answer_error", "answer_was_lost", "failure_reason", "session_expired", "source_gone"]
+__all__ = [
+    "answer_error",
+    "answer_was_lost",
+    "failure_reason",
+    "http_error_without_answer",
+    "session_expired",
+    "source_gone",
+    "unknown_effect",
+]
 
 # Goal: tell "the server answered with an error" from "the answer can never come".
 # What fails: the SDK reports both as `MCPError`, and it synthesizes the lost-answer errors
@@ -51,6 +59,30 @@ _SESSION_GONE_MESSAGES = ("Session terminated", "Session not found")
 def session_expired(exc: MCPError) -> bool:
     """Whether `exc` is an HTTP server saying it no longer knows the client's session."""
     return exc.message in _SESSION_GONE_MESSAGES
+
+
+# Goal: a call is never said answered when nothing says whether the tool ran.
+# What fails: an HTTP status of 400 or more with no JSON-RPC error in its body (a proxy's
+# 502 or 504 while the tool runs on upstream, a server framework's 500 page) reaches us as
+# the SDK's own -32603 "Server returned an error response", which reads as the tool's error
+# answer: the model repeats a call that may have taken effect.
+# What we do: those exact words are the call's effect unknown (`SourceGone`), as a lost
+# connection is; a server's own -32603, with its own words, stays the tool's error.
+_HTTP_ERROR_WITHOUT_ANSWER = "Server returned an error response"
+
+
+def http_error_without_answer(exc: MCPError) -> bool:
+    """Whether `exc` is the SDK's stand-in for an HTTP error status that carried no answer."""
+    return exc.code == INTERNAL_ERROR and exc.message == _HTTP_ERROR_WITHOUT_ANSWER
+
+
+def unknown_effect(server: str, tool: str, log_path: Path) -> SourceGone:
+    """The error for a call answered by an HTTP error status with no answer in it."""
+    return SourceGone(
+        f"MCP server {server!r} (or a proxy in front of it) answered the call of {tool!r} "
+        "with an HTTP error and no answer, so whether it took effect is unknown: check "
+        f"before you repeat it. Its log is {str(log_path)!r}."
+    )
 
 
 def answer_error(

@@ -17,7 +17,15 @@ from pydantic import ValidationError
 from ..spec import ToolAnnotations, ToolFailure, ToolOutcome, ToolSpec, call_context
 from .config import HTTPServerConfig, ServerConfig
 from .connection import CLOSE_TIMEOUT, Connection, transport
-from .errors import answer_error, answer_was_lost, failure_reason, session_expired, source_gone
+from .errors import (
+    answer_error,
+    answer_was_lost,
+    failure_reason,
+    http_error_without_answer,
+    session_expired,
+    source_gone,
+    unknown_effect,
+)
 from .results import tool_outcome
 
 __all__ = ["DEFAULT_STARTUP_TIMEOUT", "MAX_RESTARTS", "RESTART_WINDOW", "MCPServer"]
@@ -130,6 +138,9 @@ class MCPServer:
                 raise source_gone(
                     self.name, tool, closing=self._closed, log_path=self.log_path
                 ) from exc
+            if http_error_without_answer(exc):
+                self._log.write(f"answered a call of {tool!r} with an HTTP error and no answer")
+                raise unknown_effect(self.name, tool, self.log_path) from exc
             return answer_error(self.name, tool, exc)
         except (RuntimeError, ValidationError) as exc:
             return answer_error(self.name, tool, exc)
