@@ -168,6 +168,7 @@ class Runtime:
         self._mcp: Any = None
         self._workdir: Path | None = None
         self._shells: dict[str, Shell] = {}
+        self._preload_failures: list[tuple[str, str]] = []
         self._handlers: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
         """The call dispatchers of every interpreter this runtime made, while they live (a
         handler still running holds its own): their handlers end when the runtime closes."""
@@ -402,14 +403,24 @@ class Runtime:
         return self._sandbox.level if self._sandbox is not None else LEVEL_NONE
 
     def _unconfined_words(self, interpreter: Interpreter) -> list[str]:
-        """Once per interpreter without a sandbox: the note that says so."""
-        if self._sandbox is not None or interpreter.told_unconfined:
+        """Once per interpreter: the note that says it runs without a sandbox, and the one
+        that names the `preload` modules its kernel, started afresh, could not import."""
+        if interpreter.told_unconfined:
             return []
         interpreter.told_unconfined = True
-        return [
-            f"This interpreter is not sandboxed ({self.sandbox_failure}): the script could "
-            "reach the host's files, processes and network as the host's user."
-        ]
+        words = []
+        if self._sandbox is None:
+            words.append(
+                f"This interpreter is not sandboxed ({self.sandbox_failure}): the script could "
+                "reach the host's files, processes and network as the host's user."
+            )
+        if interpreter.preload_failures:
+            for failure in interpreter.preload_failures:
+                if failure not in self._preload_failures:
+                    self._preload_failures.append(failure)
+            named = "; ".join(f"{name} ({why})" for name, why in interpreter.preload_failures)
+            words.append(f"These modules of preload could not be imported: {named}.")
+        return words
 
     @property
     def process_limit(self) -> str:
@@ -434,8 +445,10 @@ class Runtime:
 
     @property
     def preload_failures(self) -> list[tuple[str, str]]:
-        """Modules of `preload` the template could not import, with the error."""
-        return list(self._template.preload_failures) if self._template is not None else []
+        """Modules of `preload` that could not be imported, with the error: the template's,
+        and those of kernels started afresh (`fork=False`, or no template) so far."""
+        found = list(self._template.preload_failures) if self._template is not None else []
+        return found + [failure for failure in self._preload_failures if failure not in found]
 
     async def template_ready(self) -> bool:
         """Wait until the template has started (or failed to); True if interpreters fork."""

@@ -76,6 +76,21 @@ async def test_a_preload_that_cannot_be_imported_is_named(make_runtime: MakeRunt
 
 
 @pytest.mark.timeout(30)
+async def test_a_preload_that_cannot_be_imported_without_a_template_is_named_too(
+    make_runtime: MakeRuntime,
+) -> None:
+    # Started afresh, each kernel imports `preload` itself: what it could not import comes to
+    # the host in its `ready`, and the first result of that interpreter says so.
+    rt = await make_runtime(fork=False, preload=["json", "no_such_module_here"])
+    first = await rt.shell("a").run("1")
+    assert first.status == "ok", first.text
+    assert "no_such_module_here (ModuleNotFoundError" in first.note, first.note
+    [(name, why)] = rt.preload_failures
+    assert name == "no_such_module_here" and "ModuleNotFoundError" in why
+    assert "no_such_module_here" not in (await rt.shell("a").run("2")).note
+
+
+@pytest.mark.timeout(30)
 async def test_a_new_shell_takes_a_warm_interpreter_and_the_pool_refills(
     make_runtime: MakeRuntime,
 ) -> None:

@@ -150,7 +150,11 @@ class Interpreter:
         self._quiet = False
         self._stop_reason: str | None = None
         self.told_unconfined = False
-        """Whether a result has said that this interpreter runs without a sandbox."""
+        """Whether a result has said what is said once per interpreter: that it runs without
+        a sandbox, and the `preload` modules it could not import."""
+        self.preload_failures: list[tuple[str, str]] = []
+        """Modules of `preload` its kernel, started afresh, could not import (a forked one's
+        are its template's)."""
         self.rebind_due = False
         """Its tools were bound by another host: bind this host's before the next run."""
         self._resuming: RunningScript | None = None
@@ -271,6 +275,13 @@ class Interpreter:
             await channel.connect(host_end)
             ready = await channel.expect("ready", self.launch.start_timeout)
             self.python_version = str(ready.get("python"))
+            failures = ready.get("preload_failures")
+            if isinstance(failures, list):
+                self.preload_failures = [
+                    (str(failure[0]), str(failure[1]))
+                    for failure in failures[:100]
+                    if isinstance(failure, list) and len(failure) == 2
+                ]
             if self.catalogue.plans or self.catalogue.down_messages:
                 await self._bind(self.catalogue)
         except InterpreterStartError as error:

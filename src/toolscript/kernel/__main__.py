@@ -71,13 +71,16 @@ def close_inherited(keep: set[int]) -> None:
         os.closerange(low + 1, high)
 
 
-def import_preload(names: list[Any]) -> None:
-    """Import the `preload` modules; a failure is said on stderr, not fatal."""
+def import_preload(names: list[Any]) -> list[list[str]]:
+    """Import the `preload` modules; a failure is not fatal: it is returned, for the host
+    (the kernel's `ready` says it), with the module's name."""
+    failures: list[list[str]] = []
     for name in names:
         try:
             importlib.import_module(str(name))
         except BaseException as error:
-            print(f"toolscript: preload {name!r} failed: {error!r}", file=sys.stderr)
+            failures.append([str(name), f"{type(error).__name__}: {error}"[:500]])
+    return failures
 
 
 def main(argv: list[str]) -> None:
@@ -87,14 +90,16 @@ def main(argv: list[str]) -> None:
     channel = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
     apply_limits(config.get("limits", {}))
-    import_preload(config.get("preload", []))
+    failures = import_preload(config.get("preload", []))
     # What the kernel loaded to get here lives as long as it does: out of the collector's
     # way (as in a forked kernel, whose template froze it), so that a full collection in a
     # busy script walks the script's objects, not the standard library's.
     gc.freeze()
     from .runner import Kernel  # not at the top: the template imports this module first
 
-    Kernel(channel).serve()
+    kernel = Kernel(channel)
+    kernel.preload_failures = failures
+    kernel.serve()
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ _LONGEST_SELECT = 24 * 3600.0
 """The longest a wait in the selector lasts, as asyncio's own (`MAXIMUM_SELECT_TIMEOUT`)."""
 
 if TYPE_CHECKING:
-    from .wire import BoundFrame, DoneFrame, ExecFrame, HoldingFrame, SetupFrame
+    from .wire import BoundFrame, DoneFrame, ExecFrame, HoldingFrame, ReadyFrame, SetupFrame
 
 
 class _Script:
@@ -109,6 +109,8 @@ class Kernel:
         sys.modules["tools"] = self._tools_module
         self.namespace["tools"] = self._tools_module
         self._output = ScriptOutput(self._own)
+        self.preload_failures: list[list[str]] = []
+        """Modules of `preload` this kernel could not import (started afresh, not forked)."""
         forbid_asyncio_run()
         self._pid = os.getpid()
         os.register_at_fork(after_in_child=self._in_forked_child)
@@ -563,16 +565,15 @@ class Kernel:
         self._transport, _ = self.loop.run_until_complete(
             self.loop.connect_accepted_socket(lambda: _Channel(self), sock=self._channel)
         )
-        self.post(
-            encode(
-                {
-                    "t": "ready",
-                    "pid": os.getpid(),
-                    "python": sys.version.split()[0],
-                    "executable": sys.executable,
-                }
-            )
-        )
+        ready: ReadyFrame = {
+            "t": "ready",
+            "pid": os.getpid(),
+            "python": sys.version.split()[0],
+            "executable": sys.executable,
+        }
+        if self.preload_failures:
+            ready["preload_failures"] = self.preload_failures
+        self.post(encode(ready))
         while True:
             try:
                 self.loop.run_forever()

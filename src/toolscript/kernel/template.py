@@ -274,7 +274,7 @@ def _become_sandboxed_kernel(
 
     kernel = Kernel(socket.socket(fileno=channel), init=init_socket)
     kernel.kept = _kept
-    import_preload(request.get("preload", []))
+    kernel.preload_failures = import_preload(request.get("preload", []))
     kernel.serve()
 
 

@@ -169,11 +169,13 @@ if TYPE_CHECKING:
 
     # -- from the kernel ------------------------------------------------------------------
 
-    class ReadyFrame(TypedDict):
-        t: Literal["ready"]
-        pid: int
-        python: str
-        executable: str
+    class ReadyFrame(TypedDict, total=False):
+        t: Required[Literal["ready"]]
+        pid: Required[int]
+        python: Required[str]
+        executable: Required[str]
+        preload_failures: list[list[str]]
+        """Modules of `preload` a kernel started afresh (not forked) could not import."""
 
     class NameChanges(TypedDict, total=False):
         """The global names a shell's namespace gained and lost since the kernel last told
