@@ -52,6 +52,9 @@ __all__ = ["Runtime", "RuntimeClosedError", "ScriptHandle", "Shell"]
 
 _log = logging.getLogger(__name__)
 
+TEMPLATE_RESTARTS = 3
+"""Templates started again in an hour after one died; past that, interpreters start afresh."""
+
 
 _LONGEST_FOLDER = 100
 """Bytes of a shell's name its folder's name keeps (a file name holds 255)."""
@@ -158,6 +161,7 @@ class Runtime:
         """Why interpreters are started afresh instead of forked from the template, if so."""
         self._template: Template | Keeper | None = None
         self._template_start: asyncio.Task[None] | None = None
+        self._template_restarts: list[float] = []
         self._pool: InterpreterPool | None = None
         self._background = BackgroundScripts()
         self._services: ShellServices | None = None
@@ -439,6 +443,7 @@ class Runtime:
                 self.start_timeout,
                 self._sandbox,
             )
+            self.template_failure = None
         except TemplateError as error:
             self.template_failure = error.reason
             _log.warning("toolscript: interpreters will be started afresh: %s", error.reason)
@@ -627,6 +632,7 @@ class Runtime:
 
     def _launch(self) -> Launch:
         assert self._workdir is not None
+        self._replace_dead_template()
         return Launch(
             python=self.python,
             cwd=self._workdir,
@@ -642,6 +648,36 @@ class Runtime:
             sandbox=self._sandbox,
             head_start=self._take_head_start(),
         )
+
+    # Goal: a template that dies (killed from outside, say) costs its forks, not every start
+    # after it. What fails: keeping it: each new interpreter is then spawned afresh (tens of
+    # milliseconds instead of a few), for as long as the runtime runs, and nothing says why.
+    # What we do: the next interpreter asked for starts a new template in the background (at
+    # most `TEMPLATE_RESTARTS` an hour), and is spawned afresh meanwhile; `template_failure`
+    # says so until the new one is ready.
+    def _replace_dead_template(self) -> None:
+        template = self._template
+        if (
+            template is None
+            or self.keep_interpreters
+            or self._closed
+            or not getattr(template, "died", False)
+            or (self._template_start is not None and not self._template_start.done())
+        ):
+            return
+        self._template = None
+        now = asyncio.get_running_loop().time()
+        self._template_restarts = [at for at in self._template_restarts if now - at < 3600]
+        if len(self._template_restarts) >= TEMPLATE_RESTARTS:
+            self.template_failure = (
+                f"the template exited {TEMPLATE_RESTARTS + 1} times within an hour, so "
+                "interpreters are started afresh"
+            )
+            return
+        self._template_restarts.append(now)
+        self.template_failure = "the template exited; a new one is starting"
+        _log.warning("toolscript: the template exited; starting a new one")
+        self._template_start = asyncio.get_running_loop().create_task(self._start_template())
 
     def _take_head_start(self) -> headstart.HeadStart | None:
         """The command line's head start, for the first interpreter only."""

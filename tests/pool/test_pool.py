@@ -249,6 +249,14 @@ async def test_a_template_killed_from_outside_is_not_blamed_on_its_interpreters_
     again = await asyncio.wait_for(rt.shell("a").run("1"), 20)
     assert again.status == "ok", again.text
     assert "broke the protocol" not in again.note and "template" in again.note, again.note
+    # A new template is started in its place, and interpreters are forked from it again.
+    assert await asyncio.wait_for(rt.template_ready(), 20) is True, rt.template_failure
+    assert rt._template is not None and rt._template is not template
+    assert rt.template_failure is None
+    later = await asyncio.wait_for(rt.shell("b").run("1"), 20)
+    assert later.status == "ok", later.text
+    interpreter = rt.shell("b")._interpreter
+    assert interpreter is not None and interpreter.forked
 
 
 @pytest.mark.timeout(60)
