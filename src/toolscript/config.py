@@ -66,7 +66,7 @@ class Settings:
     fork: bool = True
     """Fork interpreters from a template where the system can, else start each afresh."""
     pool_size: int = 2
-    """Interpreters kept started and ready for new shells."""
+    """Interpreters kept started and ready for new shells (at most `max_interpreters`)."""
     max_interpreters: int = 64
     """Live interpreters at once, shells' and background scripts'."""
     queue_timeout: float = 30.0

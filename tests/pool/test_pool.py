@@ -291,3 +291,14 @@ async def test_an_interpreter_start_cancelled_while_its_kernel_is_forked_leaves_
         return {child.pid for child in host.children(recursive=True)} <= before
 
     await eventually(none_left, 10, "the processes of a cancelled start were left")
+
+
+@pytest.mark.timeout(60)
+async def test_no_more_warm_interpreters_are_kept_than_may_be_live_at_once(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime(pool_size=50, max_interpreters=2)
+    pool = rt._pool
+    assert pool is not None and pool.size == 2
+    await eventually(lambda: pool.warm == 2, 30, "the pool did not fill")
+    assert (await rt.shell("a").run("1")).status == "ok"

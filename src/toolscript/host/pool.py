@@ -50,7 +50,8 @@ class InterpreterPool:
     ) -> None:
         self._make = make
         self._before_fill = before_fill
-        self.size = size
+        # More warm ones than may ever be live at once would only wait, each a process.
+        self.size = min(size, cap)
         self.cap = cap
         self.queue_timeout = queue_timeout
         self._ready: deque[Interpreter] = deque()
