@@ -10,6 +10,7 @@ It answers `initialize`, `tools/list` and these tools (any other request: a JSON
     flood(bytes)    writes `bytes` bytes of one line that never ends, and lives on
     orphan(pid_file) starts a child that inherits its pipes (writing the child's pid to
                     `pid_file`), then dies mid-call: the pipes stay open
+    null()          answers `"result": null`, which JSON-RPC does not allow
 
 Run: python raw_server.py
 """
@@ -29,6 +30,7 @@ TOOLS = [
         ("deafen", "Stop reading stdin."),
         ("flood", "Write bytes without a line's end."),
         ("orphan", "Leave a child holding the pipes, and die."),
+        ("null", "Answer a null result."),
     )
 ]
 
@@ -89,6 +91,8 @@ def main() -> None:
             with open((params.get("arguments") or {})["pid_file"], "w") as pid_file:
                 pid_file.write(str(child.pid))
             os._exit(3)
+        elif method == "tools/call" and params.get("name") == "null":
+            send({"jsonrpc": "2.0", "id": ident, "result": None})
         elif method == "tools/call" and params.get("name") == "deafen":
             send({"jsonrpc": "2.0", "id": ident, "result": text_result("deaf now")})
             os.close(0)

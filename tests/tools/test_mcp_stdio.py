@@ -72,6 +72,20 @@ async def test_lines_that_are_no_message_are_logged_and_an_answer_cut_in_two_arr
 
 
 @pytest.mark.timeout(30)
+async def test_an_answer_json_rpc_does_not_allow_ends_its_call_as_an_error_at_once(
+    tmp_path: Path,
+) -> None:
+    # `"result": null` fails validation as a whole: unless it is read as that request's
+    # answer, the call waits out its tool timeout, said to be still in flight.
+    async with await MCPTools.open(
+        {"mcpServers": {"raw": server("raw_server.py")}}, tmp_path
+    ) as tools:
+        answer = await asyncio.wait_for(call(tools, "raw", "null"), 10)
+        assert answer.is_error and "not one JSON-RPC allows" in str(answer.value), answer
+        assert await call(tools, "raw", "noisy", text="after") == ToolOutcome(value="after")
+
+
+@pytest.mark.timeout(30)
 async def test_a_server_that_stops_reading_fails_the_next_call_as_gone_and_is_started_again(
     tmp_path: Path,
 ) -> None:

@@ -24,6 +24,7 @@ longer than `MAX_LINE`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -167,8 +168,41 @@ def _parse(line: bytes) -> SessionMessage | Exception:
     try:
         message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError as error:
+        unusable = _unusable_answer(line, error)
+        if unusable is not None:
+            return unusable
         return error  # the session hands it on, and the server's log says it
     return SessionMessage(message)
+
+
+# Goal: a call the server answered ends, whatever the answer looks like.
+# What fails: an answer JSON-RPC does not allow (`"result": null`, a result that is not an
+# object) fails validation as a whole, so the session never learns which request it
+# answered, and the call waits out its tool timeout, said to be "sent and may still take
+# effect" though the server had answered.
+# What we do: a line that names a request's id and holds a result or an error is that
+# request's answer; one that cannot be read is an error answer saying so.
+def _unusable_answer(line: bytes, error: ValueError) -> SessionMessage | None:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or "method" in data or not ("result" in data or "error" in data):
+        return None
+    ident = data.get("id")
+    if type(ident) not in (int, str):
+        return None
+    said = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return SessionMessage(
+        types.JSONRPCError(
+            jsonrpc="2.0",
+            id=ident,
+            error=types.ErrorData(
+                code=types.INTERNAL_ERROR,
+                message=f"the server's answer is not one JSON-RPC allows ({said[:300]})",
+            ),
+        )
+    )
 
 
 async def _stop(process: Process) -> None:
