@@ -408,7 +408,7 @@ class Shell:
                 else f"the previous one was killed because a script broke the protocol "
                 f"({interpreter.fault})"
                 if interpreter.fault is not None
-                else "the previous interpreter ended (it exited)"
+                else f"the previous interpreter ended ({interpreter.exit_words()})"
             )
             self._interpreter = None
             await self._drop(interpreter, close=False)

@@ -92,6 +92,7 @@ async def test_a_kernel_killed_between_runs_is_replaced_and_the_next_run_says_so
     assert after.value == "False"
     assert after.generation == first.generation + 1
     assert "fresh interpreter" in after.note
+    assert "killed by signal 9 (SIGKILL)" in after.note, after.note
 
 
 @pytest.mark.timeout(30)

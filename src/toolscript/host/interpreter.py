@@ -219,6 +219,10 @@ class Interpreter:
     def returncode(self) -> int | None:
         return self._process.returncode
 
+    def exit_words(self) -> str:
+        """How its kernel ended, in words: `killed by signal 9 (SIGKILL)`, `exit code 3`."""
+        return self._process.exit_words()
+
     @property
     def fault(self) -> str | None:
         """How the kernel broke the protocol, if it did (it was killed for it)."""
