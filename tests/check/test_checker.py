@@ -6,6 +6,7 @@ import asyncio
 import gc
 import os
 import select
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,22 @@ from toolscript.tools.spec import ToolSpec
 
 from ..conftest import LONG_LITERAL, collections_that_format_tracebacks
 from .conftest import catalogue_tools
+
+
+@pytest.fixture(autouse=True)
+async def checkers_closed(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
+    """Every `ScriptChecker` a test makes is closed after it: each runs a type server."""
+    made: list[ScriptChecker] = []
+    init = ScriptChecker.__init__
+
+    def made_here(self: ScriptChecker, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(ScriptChecker, "__init__", made_here)
+    yield
+    for checker in made:
+        await checker.close()
 
 
 def specs() -> list[ToolSpec]:

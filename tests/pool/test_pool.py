@@ -213,13 +213,19 @@ async def test_one_shells_crash_and_flood_never_disturb_another(
 async def test_closing_the_runtime_while_shells_get_interpreters_refuses_them_and_leaves_none(
     make_runtime: MakeRuntime,
 ) -> None:
+    # Only the processes this runtime starts: others of the test process are not its own.
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
     rt = await make_runtime(pool_size=0, fork=False)
     runs = [asyncio.ensure_future(rt.shell(f"s{n}").run("'ran'")) for n in range(6)]
     pool = rt._pool
     assert pool is not None
     await eventually(lambda: pool.live == 6, 10, "the runs did not ask for interpreters")
-    await asyncio.sleep(0.05)  # their kernels are starting
-    started = [child.pid for child in psutil.Process().children(recursive=True)]
+
+    def starting() -> list[int]:
+        return [c.pid for c in psutil.Process().children(recursive=True) if c.pid not in before]
+
+    await eventually(lambda: len(starting()) >= 6, 10, "no kernel began to start")
+    started = starting()
     await asyncio.wait_for(rt.aclose(), 30)
     left = [pid for pid in started if not is_gone(pid)]
     assert left == [], f"processes left after aclose: {left}"
