@@ -580,16 +580,19 @@ class Runtime:
         first; an empty string keeps every one. A server that did not start is named in a
         comment line with the reason.
         """
+        _check_matching(matching)
         return self.catalogue.prompt(matching)
 
     def tool_names(self, matching: str | None = None) -> list[str]:
         """The tools a script can call, as it calls them (`server.tool`, or `tool` at top
         level), in the catalogue's order; with `matching`, only those `prompt` would show,
         best match first."""
+        _check_matching(matching)
         return [call_name(plan) for plan in matching_plans(self.catalogue.plans, matching or "")]
 
     def tool_summaries(self, matching: str | None = None) -> list[tuple[str, str]]:
         """Each tool of `tool_names(matching)` with the first sentence of its description."""
+        _check_matching(matching)
         plans = matching_plans(self.catalogue.plans, matching or "")
         return [(call_name(plan), summary(plan)) for plan in plans]
 
@@ -714,3 +717,8 @@ class Runtime:
         has ended before the caller first awaits: `ScriptHandle.add_done_callback` hears of
         every end."""
         return self._background.running()
+
+
+def _check_matching(matching: object) -> None:
+    if matching is not None and not isinstance(matching, str):
+        raise TypeError(f"matching must be words to look for (a str) or None, not {matching!r}")

@@ -1013,3 +1013,14 @@ def test_a_journal_written_before_answers_were_kept_gains_the_column_when_opened
     raw = sqlite3.connect(path)
     assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
     raw.close()
+
+
+@pytest.mark.parametrize("limit", [0, -1, "10", 1.5, 1 << 63])
+def test_a_limit_that_is_no_number_of_calls_is_refused_naming_it(
+    tmp_path: Path, limit: object
+) -> None:
+    with (
+        Journal.open(tmp_path / "journal.sqlite3") as journal,
+        pytest.raises(ValueError, match=r"^limit must be"),
+    ):
+        journal.calls(limit=limit)  # type: ignore[arg-type]

@@ -194,3 +194,12 @@ async def test_a_script_over_the_cpu_time_limit_is_said_to_have_used_it_up(
     assert result.status == "crashed", result.text
     assert "SIGXCPU" in result.note and "CPU-time limit" in result.note, result.note
     assert "out-of-memory" not in result.note
+
+
+@pytest.mark.parametrize("method", ["prompt", "tool_names", "tool_summaries"])
+async def test_matching_words_that_are_not_text_are_refused_naming_them(
+    make_runtime: MakeRuntime, method: str
+) -> None:
+    runtime = await make_runtime()
+    with pytest.raises(TypeError, match=r"^matching must be"):
+        getattr(runtime, method)(3)

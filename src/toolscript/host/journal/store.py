@@ -296,8 +296,13 @@ class Journal(_ServeRecords, _WriteBehind):
         """Calls in the order they were journaled, oldest first.
 
         `script_id` keeps one script's calls; `uncertain=True` keeps those whose effect is
-        unknown; `limit` keeps the most recent `limit` of them.
+        unknown; `limit` keeps the most recent `limit` of them. Raises `ValueError` for a
+        `limit` that is not a whole number of at least 1, or a `script_id` that is not text.
         """
+        if limit is not None and (type(limit) is not int or not 1 <= limit < 1 << 63):
+            raise ValueError(f"limit must be a whole number of calls, at least 1, not {limit!r}")
+        if script_id is not None and not isinstance(script_id, str):
+            raise ValueError(f"script_id must be a script's id (text), not {script_id!r}")
         conditions: list[str] = []
         parameters: list[object] = []
         if script_id is not None:
