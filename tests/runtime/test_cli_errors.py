@@ -339,3 +339,18 @@ def test_a_reader_that_stops_reading_is_no_traceback(folder: Path) -> None:
     error = reader.stderr.read().decode()
     assert reader.wait(timeout=50) == 141
     assert "Traceback" not in error, error
+
+
+def test_serve_http_on_an_address_it_cannot_have_writes_no_token_file(folder: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        token = folder / "token"
+        done = toolscript(
+            "serve", "--http", f"127.0.0.1:{port}", "--token-file", str(token), cwd=folder
+        )
+    assert_one_line(done, "--http", "cannot listen")
+    assert not token.exists()

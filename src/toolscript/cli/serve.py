@@ -142,9 +142,12 @@ def serve_command(args: argparse.Namespace) -> int:
             HostCheck.for_bind(host, port, allow_hosts=allowed_hosts, allow_origins=allowed_origins)
         except ValueError as error:
             raise UsageError(f"--allow-host/--allow-origin: {error}") from None
+        # Bound first: an address that cannot be had leaves no new token file behind.
+        listener = listen(host, port)
         try:
             found = load_or_create_token(None if token_file is None else Path(token_file))
         except TokenFileError as error:
+            listener.close()
             raise UsageError(f"--token-file: {error}") from None
         token = found.value
         if found.created and found.path is not None:
@@ -153,7 +156,6 @@ def serve_command(args: argparse.Namespace) -> int:
             _say(f"the bearer token for this run (shown once): {token}")
         if found.loose:
             _say(f"warning: {found.path} can be read by other users; chmod 600 it")
-        listener = listen(host, port)
         if not _is_loopback(listener):
             _say(
                 f"warning: listening on {host}, which other machines can reach; anyone with "
