@@ -4,11 +4,9 @@ make it in this script, and its effect happened."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-from tests.conftest import MakeRuntime
+from tests.conftest import MakeRuntime, eventually
 from toolscript import tool
 
 effects: list[int] = []
@@ -36,7 +34,7 @@ async def test_a_call_made_between_scripts_is_named_in_the_next_text(
         "kept = asyncio.get_running_loop().create_task(later())"
     )
     assert first.status == "ok", first.text
-    await asyncio.sleep(1)
+    await eventually(lambda: effects == [1], 10, "the task the script left made no call")
     second = await shell.run("'next'")
     assert effects == [1]
     assert second.calls.made_before_start == 1

@@ -308,17 +308,20 @@ async def test_a_second_cancel_does_not_cut_short_the_clean_up_after_the_first(
     make_runtime: MakeRuntime, tmp_path: Path
 ) -> None:
     rt = await make_runtime(grace=5)
-    started = tmp_path / "started"
+    started, interrupted = tmp_path / "started", tmp_path / "interrupted"
     code = (
         f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('')\n"
         "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n"
+        f"    pathlib.Path({str(interrupted)!r}).write_text('')\n"
         "    time.sleep(1)\n    print('cleaned up', flush=True)\n    raise\n"
     )
     handle = await rt.shell("main").start(code, time_limit=20)
     await wait_for_file(started)
-    first = asyncio.ensure_future(handle.cancel())
-    await asyncio.sleep(0.3)  # the script is cleaning up after the first interrupt
-    result = await asyncio.wait_for(handle.cancel(), 20)
+    first = asyncio.ensure_future(handle.cancel("the first reason"))
+    await wait_for_file(interrupted)  # the script is cleaning up after the first interrupt
+    result = await asyncio.wait_for(handle.cancel("the second reason"), 20)
     assert (await first) is result
     assert result.status == "cancelled", result.text
     assert result.stdout == "cleaned up\n"
+    # The stop is the first one's: its reason is the one said.
+    assert "the first reason" in result.note and "second" not in result.note, result.note

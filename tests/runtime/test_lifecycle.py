@@ -249,13 +249,18 @@ def open_descriptors() -> int:
 
 @pytest.mark.timeout(30)
 async def test_an_aclose_made_while_another_closes_returns_once_all_is_closed(
-    make_runtime: MakeRuntime,
+    make_runtime: MakeRuntime, tmp_path: Path
 ) -> None:
     before = children_of_this_process()
     runtime = await make_runtime(pool_size=1)
     await runtime.run("1")
-    running = asyncio.ensure_future(runtime.run("import time\ntime.sleep(30)", time_limit=40))
-    await asyncio.sleep(0.3)
+    began = tmp_path / "began"
+    running = asyncio.ensure_future(
+        runtime.run(
+            f"open({str(began)!r}, 'w').close()\nimport time\ntime.sleep(30)", time_limit=40
+        )
+    )
+    await wait_for_file(began)
     started = children_of_this_process() - before
     assert started
     first = asyncio.ensure_future(runtime.aclose())

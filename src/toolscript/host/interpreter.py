@@ -610,7 +610,8 @@ class Interpreter:
         giving `reason` as the stop's reason."""
         done = self._channel.done
         if self._channel.script is not None and done is not None and not done.done():
-            self._stop_reason = reason
+            if self._stop_reason is None:  # a second stop waits for the first, and its reason
+                self._stop_reason = reason
             await self._stop(reason, grace)
 
     async def _stop(self, reason: str, grace: float) -> wire.DoneFrame:
