@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx2
 from mcp import MCPError
-from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR
+from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
 from pydantic import ValidationError
 
 from ..spec import SourceGone, ToolOutcome
@@ -53,12 +53,22 @@ def answer_was_lost(exc: MCPError) -> bool:
 # error answer: "Session terminated" (its own words for a 404 without a JSON-RPC body), or the
 # server's own body ("Session not found" from the Python and TypeScript SDKs' servers).
 # What we do: those words mean the session is gone; the caller opens a new one.
-_SESSION_GONE_MESSAGES = ("Session terminated", "Session not found")
+# The words alone are not enough: a tool may answer with its own error in those words, after
+# it took effect, and the call must then not be made again. Each is taken only with the code
+# its sender gives it: the SDK client's INVALID_REQUEST for a 404 without a body, the Python
+# SDK server's INVALID_REQUEST and the TypeScript SDK server's -32001 for an unknown session.
+_SESSION_GONE = frozenset(
+    {
+        (INVALID_REQUEST, "Session terminated"),
+        (INVALID_REQUEST, "Session not found"),
+        (-32001, "Session not found"),
+    }
+)
 
 
 def session_expired(exc: MCPError) -> bool:
     """Whether `exc` is an HTTP server saying it no longer knows the client's session."""
-    return exc.message in _SESSION_GONE_MESSAGES
+    return (exc.code, exc.message) in _SESSION_GONE
 
 
 # Goal: a call is never said answered when nothing says whether the tool ran.
