@@ -43,3 +43,26 @@ def test_calls_a_killed_host_left_in_its_intent_file_are_found_by_the_files_real
     assert [(call.call_id, call.uncertain_reason) for call in calls] == [
         (f"c-{n}", "host_gone") for n in range(5)
     ]
+
+
+def test_a_new_journal_being_made_by_another_host_is_waited_for(tmp_path: Path) -> None:
+    # Another host holds the new file's write lock (it makes the tables): turning the
+    # journal to WAL does not call SQLite's busy handler, so without a wait of its own the
+    # open failed at once, saying the lock was held "for longer than toolscript waits".
+    import sqlite3
+    import threading
+    import time
+
+    path = tmp_path / "journal.sqlite3"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE making (x)")
+    release = threading.Timer(0.5, lambda: other.execute("ROLLBACK"))
+    release.start()
+    started = time.monotonic()
+    try:
+        Journal.open(path).close()
+    finally:
+        release.join()
+        other.close()
+    assert time.monotonic() - started >= 0.4

@@ -135,7 +135,7 @@ class Journal(_ServeRecords, _WriteBehind):
             try:
                 connection.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
                 _check_is_journal(connection, str(path) if path is not None else MEMORY)
-                connection.execute("PRAGMA journal_mode = WAL")
+                _use_wal(connection)
                 connection.execute("PRAGMA synchronous = NORMAL")
                 _prepare_schema(connection, str(path) if path is not None else MEMORY)
             except sqlite3.DatabaseError as error:
@@ -488,6 +488,21 @@ def _append_after_the_fact(intents: _IntentLog, line: bytes) -> None:
         intents.append(line)
     except OSError:
         _log.exception("Could not write to the call journal's intent file.")
+
+
+def _use_wal(connection: sqlite3.Connection) -> None:
+    """Turn the journal to WAL, waiting as long as for any lock: SQLite does not call its
+    busy handler for this change, so a host opening a new journal while another makes it
+    (several `toolscript exec` at once, on first use) would be told "locked" at once."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
 
 
 def _access_error(path: Path | None, error: sqlite3.OperationalError) -> Exception:
