@@ -36,3 +36,34 @@ async def test_an_integer_over_the_wire_bound_is_refused_and_the_interpreter_kep
     assert after.generation == result.generation
     assert received == [10**4000]
     assert (await runtime.run("len(str(10**5000))")).value == "5001"  # the script's bound stays
+
+
+@pytest.mark.timeout(60)
+async def test_a_call_does_not_change_the_bound_under_the_scripts_other_threads(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The bound is the whole process's: lowered for a moment while a call is encoded, it
+    # makes a thread that prints a long integer the script allowed fail meanwhile.
+    runtime = await make_runtime(tools=[echo])
+    code = (
+        "import sys, threading\n"
+        "sys.set_int_max_str_digits(0)\n"
+        "big = 10 ** 6000\n"
+        "failures = []\n"
+        "done = False\n"
+        "def convert():\n"
+        "    while not done:\n"
+        "        try:\n"
+        "            str(big)\n"
+        "        except ValueError:\n"
+        "            failures.append(1)\n"
+        "t = threading.Thread(target=convert)\n"
+        "t.start()\n"
+        "for i in range(100):\n"
+        "    await echo(x=[i] * 100_000)\n"
+        "done = True\n"
+        "t.join()\n"
+        "len(failures)"
+    )
+    result = await runtime.run(code, time_limit=50)
+    assert (result.status, result.value) == ("ok", "0"), result.text

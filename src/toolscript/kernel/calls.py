@@ -138,7 +138,27 @@ WIRE_INT_DIGITS = 4300
 """The most digits of an integer a call may carry: Python's default bound on printing and
 reading one, which the host keeps (reading a longer one costs time that grows with its square)."""
 _get_digits = sys.get_int_max_str_digits
-_set_digits = sys.set_int_max_str_digits
+_TOO_LONG = 10**WIRE_INT_DIGITS
+"""The least integer with more digits than the wire carries (made once, never printed)."""
+
+
+def _holds_too_long_int(value: Any) -> bool:
+    """Whether `value` (a call's arguments, once encoded) holds an integer over
+    `WIRE_INT_DIGITS` digits: asked only when the script lifted Python's bound, which is the
+    whole process's, so that the encoding need not change it under the script's threads."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif isinstance(item, int) and item.bit_length() > 14_000 and abs(item) >= _TOO_LONG:
+            return True
+    return False
+
 
 _current_tasks: Any = getattr(asyncio.tasks, "_current_tasks", None)
 _current_task: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None] = (
@@ -212,12 +232,7 @@ class CallTable:
         with self._numbering:
             n = next(self._numbers)
             refused: str | None = None
-            digits = _get_digits()
             try:
-                if digits != WIRE_INT_DIGITS:
-                    # The script changed how long an integer Python may print: the host reads
-                    # no longer ones than the default allows, so none longer may go out.
-                    _set_digits(WIRE_INT_DIGITS)
                 if carried:
                     # Acknowledgements still waiting travel in the call's own frame: one
                     # frame and one wake-up of the host for both.
@@ -234,7 +249,18 @@ class CallTable:
                     )
                 else:
                     frame = encode_call(n, key, args, self._script_id())
-                if len(frame) > LONGEST_FRAME:
+                if (
+                    len(frame) > WIRE_INT_DIGITS
+                    and _get_digits() != WIRE_INT_DIGITS
+                    and _holds_too_long_int(args)
+                ):
+                    # The script changed how long an integer Python may print: the host reads
+                    # no longer ones than the default allows, so none longer may go out.
+                    refused = (
+                        f"an integer in its arguments has over {WIRE_INT_DIGITS:,} digits, more "
+                        "than the interpreter's channel carries: pass it as a string"
+                    )
+                elif len(frame) > LONGEST_FRAME:
                     refused = (
                         f"its arguments were {len(frame) / 1e6:,.0f} MB as JSON, over the "
                         f"{MAX_FRAME >> 20} MiB limit of the interpreter's channel"
@@ -254,8 +280,12 @@ class CallTable:
             except ValueError as error:
                 if "integer string conversion" in str(error):
                     refused = (
-                        f"an integer in its arguments has over {WIRE_INT_DIGITS:,} digits, more "
-                        "than the interpreter's channel carries: pass it as a string"
+                        f"an integer in its arguments has over {_get_digits():,} digits, more "
+                        "than the script's bound on printing one (sys.set_int_max_str_digits): "
+                        "pass it as a string"
+                        if _get_digits() < WIRE_INT_DIGITS
+                        else f"an integer in its arguments has over {WIRE_INT_DIGITS:,} "
+                        "digits, more than the interpreter's channel carries: pass it as a string"
                     )
                 else:
                     refused = f"its arguments cannot be sent as JSON (ValueError: {error})"
@@ -265,8 +295,6 @@ class CallTable:
                 refused = "the call was interrupted before it was sent"
                 raise
             finally:
-                if digits != WIRE_INT_DIGITS:
-                    _set_digits(digits)
                 if refused is not None:
                     # The number goes out whatever stopped the call, so that none is missing.
                     self._post(
