@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import random
+from pathlib import Path
 
 import pytest
 
@@ -499,3 +500,32 @@ async def test_a_burst_of_handlers_of_every_kind_gets_every_answer_right(
     assert all(
         record.cause == "tool_timeout" for record in result.calls.records if record.tool == "stuck"
     )
+
+
+@pytest.mark.timeout(60)
+def test_a_host_with_a_hung_synchronous_tool_exits_once_its_runtime_closed(
+    tmp_path: Path,
+) -> None:
+    # The tool's thread is still blocked when the runtime closes: a thread the process joins
+    # at exit would keep the host from ever exiting.
+    import subprocess
+    import sys
+
+    script = tmp_path / "host.py"
+    script.write_text(
+        "import asyncio, threading\n"
+        "from toolscript import Runtime, tool\n"
+        "@tool(timeout=0.5)\n"
+        "def hang() -> str:\n"
+        "    threading.Event().wait(3600)\n"
+        "    return 'x'\n"
+        "async def main():\n"
+        "    async with Runtime(tools=[hang], sandbox='off', pool_size=0, journal=':memory:') as rt:\n"
+        "        print((await rt.run('await tools.hang()')).status, flush=True)\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "error"

@@ -29,16 +29,18 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import contextlib
 import contextvars
 import functools
 import inspect
 import math
+import queue
 import sys
+import threading
 import types
 import typing
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 import typing_extensions
@@ -59,22 +61,75 @@ R = TypeVar("R")
 _JSON_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 """Results that are JSON as they are: no conversion, nothing to await."""
 
-# Goal: a synchronous tool that hangs holds up its own calls, not the rest of the host.
+# Goal: a synchronous tool that hangs holds up its own calls, not the rest of the host, nor
+# its exit.
 # What fails: in the event loop's default executor (`asyncio.to_thread`), a few hung calls
 # (each given up at its tool timeout, its thread still blocked) take every one of its
 # cpus + 4 threads; then every other synchronous tool never starts and times out, and so
 # does whatever else the host runs there (the DNS lookup of an HTTP MCP server, the keeper's
-# lock).
-# What we do: synchronous tools have threads of their own, more of them.
+# lock). And a `ThreadPoolExecutor`'s threads are joined at the process's exit: one hung tool
+# keeps a host that closed its runtime from ever exiting.
+# What we do: synchronous tools have threads of their own, more of them, that are daemons.
 TOOL_THREADS = 64
 """Threads for synchronous tools' calls, shared by every runtime of the process."""
-_threads: ThreadPoolExecutor | None = None
 
 
-def _tool_threads() -> ThreadPoolExecutor:
+class _ToolThreads:
+    """Up to `most` daemon threads that run synchronous tools' calls, started as needed; a
+    call finds an idle one, or a new one, or (with `most` busy) waits in line."""
+
+    def __init__(self, most: int) -> None:
+        self._most = most
+        self._work: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]]]
+        self._work = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._started = 0
+        self._idle = 0  # threads waiting for work that no call has counted on yet
+
+    def run(self, function: Callable[[], Any]) -> asyncio.Future[Any]:
+        """`function()` in a tool thread; its result (or exception) in the future."""
+        future = asyncio.get_running_loop().create_future()
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            elif self._started < self._most:
+                self._started += 1
+                name = f"toolscript-tool-{self._started}"
+                threading.Thread(target=self._serve, name=name, daemon=True).start()
+        self._work.put((function, future))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            function, future = self._work.get()
+            try:
+                result: Any = function()
+                error: BaseException | None = None
+            except BaseException as raised:  # the tool's: the caller raises it
+                result, error = None, raised
+            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
+                future.get_loop().call_soon_threadsafe(_settle, future, result, error)
+            del function, future, result, error
+            with self._lock:
+                self._idle += 1
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # given up at its timeout, or cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+_threads: _ToolThreads | None = None
+
+
+def _tool_threads() -> _ToolThreads:
     global _threads
     if _threads is None:
-        _threads = ThreadPoolExecutor(TOOL_THREADS, thread_name_prefix="toolscript-tool")
+        _threads = _ToolThreads(TOOL_THREADS)
     return _threads
 
 
@@ -189,8 +244,8 @@ class Tool(Generic[P, R]):
                 result = await call(**converted)
             else:
                 context = contextvars.copy_context()
-                result = await asyncio.get_running_loop().run_in_executor(
-                    _tool_threads(), functools.partial(context.run, _in_thread, call, converted)
+                result = await _tool_threads().run(
+                    functools.partial(context.run, _in_thread, call, converted)
                 )
                 if type(result) is _Raised:
                     return ToolOutcome(value=_message(result.error), is_error=True)
