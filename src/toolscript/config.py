@@ -138,6 +138,8 @@ class Settings:
         ):
             if not isinstance(flag, bool):  # "false" from a config file is not False
                 raise ValueError(f"{knob} must be True or False, not {flag!r}")
+        if isinstance(self.python, Path):  # a path is what this knob names; it worked so
+            object.__setattr__(self, "python", str(self.python))
         if not isinstance(self.python, str) or not self.python:
             raise ValueError(f"python must be the path of a Python executable, not {self.python!r}")
         for knob, mapping in (("env", self.env), ("limits", self.limits), ("mounts", self.mounts)):

@@ -238,6 +238,10 @@ class Runtime:
                 raise RuntimeClosedError("this runtime was closed; create a new one")
             if not self._started:
                 await self._start()
+                if self._closed:
+                    # `aclose` came while this started: it waits for this start to end, then
+                    # closes all it opened.
+                    raise RuntimeClosedError("this runtime was closed while it started")
         return self
 
     async def _start(self) -> None:
@@ -496,6 +500,11 @@ class Runtime:
         self._closed = True
         self._closed_all = asyncio.Event()
         try:
+            if self._start_lock is not None and self._start_lock.locked():
+                # A start under way (its MCP servers connecting, its sandbox made): what it
+                # opens after this point would be closed by nobody. It is bounded; wait for it.
+                async with self._start_lock:
+                    pass
             await self._close_all()
         finally:
             self._closed_all.set()

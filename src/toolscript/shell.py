@@ -324,7 +324,11 @@ class Shell:
             return self._refused(script_id, CLOSED, limit)
         if self._closes != closes:
             # The shell was closed before the script began (while its interpreter started,
-            # or the check ran): `close` could not stop it, so it is not begun.
+            # or the check ran): `close` could not stop it, so it is not begun, and the
+            # interpreter it got is ended here, as `close` would have ended it.
+            if self._interpreter is interpreter:
+                self._interpreter = None
+                await self._drop(interpreter, close=True)
             return self._closed_before_start(script_id, limit)
         notes[:0] = check_notes
         notes.extend(interpreter.catalogue.down_notes(code))
@@ -425,14 +429,17 @@ class Shell:
 
     async def _adopted(self) -> Interpreter:
         """An interpreter from the pool, given to this shell."""
-        for attempt in (1, 2):
+        # Every warm one may be dead at once (killed together, or with their template): one
+        # try past the warm ones the pool may hold, so the last is a fresh start.
+        attempts = self._services.pool.size + 2
+        for attempt in range(1, attempts + 1):
             interpreter = await self._services.pool.acquire()
             try:
                 folder = self._services.folder(self.name)
                 await interpreter.adopt(self.name, self.generation + 1, folder)
             except InterpreterStartError:
                 await self._drop(interpreter, close=False)
-                if attempt == 2:
+                if attempt == attempts:
                     raise
                 # A warm one may have died (killed from outside, or with its template) a
                 # moment before the pool could see it: nothing of this run reached it, so

@@ -308,3 +308,23 @@ async def test_no_more_warm_interpreters_are_kept_than_may_be_live_at_once(
     assert pool is not None and pool.size == 2
     await eventually(lambda: pool.warm == 2, 30, "the pool did not fill")
     assert (await rt.shell("a").run("1")).status == "ok"
+
+
+async def test_every_warm_interpreter_killed_at_once_is_replaced_for_the_next_run(
+    make_runtime: MakeRuntime,
+) -> None:
+    # Killed together (from outside) a moment before a run: the pool still hands them out,
+    # each one's adoption fails, and one retry was not enough for two.
+    runtime = await make_runtime(pool_size=3)
+    assert (await runtime.run("1")).status == "ok"
+    pool = runtime._pool
+    assert pool is not None
+    await eventually(lambda: pool.warm == 3, 30, "the pool was not filled")
+    for _ in range(5):
+        warm = list(pool._ready)
+        for interpreter in warm:
+            assert interpreter.pid is not None
+            os.kill(interpreter.pid, signal.SIGKILL)
+        result = await runtime.shell(f"s{_}").run("'fresh'")
+        assert (result.status, result.value) == ("ok", "'fresh'"), result.text
+        await eventually(lambda: pool.warm == 3, 30, "the pool was not filled again")

@@ -203,3 +203,14 @@ async def test_matching_words_that_are_not_text_are_refused_naming_them(
     runtime = await make_runtime()
     with pytest.raises(TypeError, match=r"^matching must be"):
         getattr(runtime, method)(3)
+
+
+def test_python_given_as_a_path_is_taken() -> None:
+    # The knob names a path; `Path(sys.executable)` was taken before knobs were checked.
+    import sys
+    from pathlib import Path
+
+    from toolscript import Settings
+
+    assert Settings(python=Path(sys.executable)).python == sys.executable  # type: ignore[arg-type]
+    assert Runtime(python=Path(sys.executable)).python == sys.executable  # type: ignore[arg-type]

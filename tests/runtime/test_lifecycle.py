@@ -269,3 +269,28 @@ async def test_an_aclose_made_while_another_closes_returns_once_all_is_closed(
     assert first.done()
     assert all(is_gone(pid) for pid in started), "the second aclose returned before the close"
     assert (await running).status == "cancelled"
+
+
+@pytest.mark.timeout(40)
+async def test_an_aclose_made_while_the_runtime_starts_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    # `aclose` while `start` still connects a slow MCP server: the start must not go on to
+    # make a template, a pool and a journal that nobody closes.
+    import sys
+
+    server = Path(__file__).parent.parent / "mcp_servers" / "demo_server.py"
+    slow = {"command": "sh", "args": ["-c", f"sleep 1; exec {sys.executable} {server}"]}
+    before = open_descriptors()
+    runtime = Runtime(state_dir=tmp_path, pool_size=1, mcp_config={"mcpServers": {"s": slow}})
+    starting = asyncio.ensure_future(runtime.start())
+    await asyncio.sleep(0.3)
+    await runtime.aclose()
+    with pytest.raises(Exception, match="closed"):
+        await starting
+    for _ in range(50):
+        if not children_of_this_process() and open_descriptors() == before:
+            break
+        await asyncio.sleep(0.1)
+    assert children_of_this_process() == set()
+    assert open_descriptors() == before

@@ -341,3 +341,20 @@ async def test_a_shell_closed_before_its_script_began_does_not_begin_it(
     assert "nothing ran" in result.note and "SIGKILL" not in result.note
     assert not ran.exists()
     assert (await shell.run("2")).status == "ok"
+
+
+@pytest.mark.timeout(30)
+async def test_a_shell_closed_while_its_interpreter_starts_keeps_none(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The run, not begun, is cancelled; the interpreter it was getting must not be left in
+    # the closed shell, holding one of `max_interpreters` places until its idle timeout.
+    runtime = await make_runtime(fork=False)
+    shell = runtime.shell("main")
+    running = asyncio.ensure_future(shell.run("print('ran')"))
+    await asyncio.sleep(0.02)  # its interpreter is starting
+    await shell.close()
+    result = await running
+    assert result.status == "cancelled" and "nothing ran" in result.note, result.text
+    assert shell._interpreter is None
+    assert runtime._pool is not None and runtime._pool._live == 0
