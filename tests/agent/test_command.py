@@ -114,3 +114,22 @@ async def test_a_task_and_resume_together_are_refused(standin: StandIn, invoke: 
 
     assert code == 2
     assert "give a TASK, or --resume TURN_ID, not both" in err
+
+
+def test_progress_prints_words_with_square_brackets_as_they_are() -> None:
+    # A retry's reason is the model API's words; read as markup, "[/]" would raise.
+    import io
+
+    from rich.console import Console
+
+    from toolscript.agent import AgentEvent
+    from toolscript.cli.agent import Progress
+
+    console = Console(file=io.StringIO(), width=200)
+    progress = Progress(console)
+    progress.hear(AgentEvent("retry", 1, 0.5, {"attempt": 1, "why": "HTTP 529 [/] [bold]busy"}))
+    progress.hear(
+        AgentEvent("script_ended", 1, 0.6, {"script_id": "[x]", "status": "ok", "calls": {}})
+    )
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "retry 1: HTTP 529 [/] [bold]busy" in out and "script [x]: ok" in out, out

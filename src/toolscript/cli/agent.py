@@ -57,8 +57,10 @@ class Progress:
         if event.kind == "turn_started":
             verb = "resumed" if detail["resumed"] else "started"
             self.console.print(
-                f"turn {detail['turn_id']} {verb} (if this process dies: --resume "
-                f"{detail['turn_id']})",
+                escape(
+                    f"turn {detail['turn_id']} {verb} (if this process dies: --resume "
+                    f"{detail['turn_id']})"
+                ),
                 soft_wrap=True,
             )
         elif event.kind == "step":
@@ -67,7 +69,10 @@ class Progress:
         elif event.kind in ("text", "tool_call"):
             self.doing = "the model is answering"
         elif event.kind == "retry":
-            self.console.print(f"[yellow]retry {detail['attempt']}[/]: {detail['why']}")
+            # The reason is the model API's words: text, never markup.
+            self.console.print(
+                f"[yellow]retry {detail['attempt']}[/]: {escape(str(detail['why']))}"
+            )
         elif event.kind == "script_started":
             self.scripts += 1
             self.doing = "running a script" + (" (background)" if detail["background"] else "")
@@ -75,14 +80,16 @@ class Progress:
             made = sum(detail["calls"].values())
             self.calls += made
             self.console.print(
-                f"script {detail['script_id']}: {detail['status']}, {made} tool call(s)"
+                escape(f"script {detail['script_id']}: {detail['status']}, {made} tool call(s)")
             )
         elif event.kind == "background_ended":
-            self.console.print(f"background script {detail['script_id']} ended")
+            self.console.print(escape(f"background script {detail['script_id']} ended"))
         elif event.kind == "terminal_refused":
-            self.console.print(f"[yellow]{detail['tool']} refused[/]: results were unread")
+            self.console.print(
+                f"[yellow]{escape(str(detail['tool']))} refused[/]: results were unread"
+            )
         elif event.kind == "before_step":
-            self.console.print(f"before_step: {detail['outcome']}")
+            self.console.print(escape(f"before_step: {detail['outcome']}"))
         elif event.kind == "reply":
             self.doing = "acting"
         if self.live is not None:
@@ -226,7 +233,7 @@ def agent_command(args: argparse.Namespace) -> int:
 
         async with Runtime(mcp_config=mcp_config, journal=journal, **knobs) as rt:
             for server, reason in rt.mcp_failures.items():
-                console.print(f"toolscript: MCP server {server!r} did not start: {reason}")
+                console.print(escape(f"toolscript: MCP server {server!r} did not start: {reason}"))
             try:
                 agent = Agent(
                     model,
@@ -274,3 +281,10 @@ def _show(turn: Turn, as_json: bool) -> None:
 
 def _json_safe(value: Any) -> str:
     return repr(value)
+
+
+def escape(text: str) -> str:
+    """`text` as rich prints it as it is: square brackets in it are not markup."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
