@@ -226,7 +226,10 @@ async def test_starting_from_two_tasks_at_once_starts_once_and_closes_everything
     tmp_path: Path,
 ) -> None:
     # Each of two tasks that make sure the runtime is started awaits `start()`: a second
-    # journal, sandbox or template made beside the first would outlive `aclose()`.
+    # journal, sandbox or template made beside the first would outlive `aclose()`. A runtime
+    # opened and closed first lets the event loop open what it opens once (uvloop's own).
+    async with Runtime(state_dir=tmp_path / "first", pool_size=1, grace=0.5) as warm_up:
+        await warm_up.run("1")
     before = open_descriptors()
     others = children_of_this_process()  # of other tests (a checker's type server, say)
     runtime = Runtime(state_dir=tmp_path, pool_size=1, grace=0.5)
