@@ -248,3 +248,17 @@ async def test_keep_interpreters_gives_the_shells_to_a_keeper_of_the_state_folde
     await eventually(
         lambda: not processes_with(str(keeper_socket)), 10, "the keeper outlived its server"
     )
+
+
+@pytest.mark.timeout(60)
+async def test_the_next_stdio_process_is_a_new_session_told_nothing_of_the_last(
+    tmp_path: Path,
+) -> None:
+    # Two chats of one MCP client in turn: two processes on one journal and state folder.
+    async with client(stdio_server(tmp_path)) as first:
+        stopped = await run(first, "await demo.slow(seconds=30)", time_limit_s=1)
+        assert structured(stopped)["calls"]["by_fate"] == {"pending": 1}
+    async with client(stdio_server(tmp_path)) as second:
+        fresh = await run(second, "1 + 1")
+        assert structured(fresh)["note"] == ""
+        assert structured(fresh)["shell"] != structured(stopped)["shell"]

@@ -31,9 +31,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import itertools
 import json
 import logging
+import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
@@ -85,6 +85,12 @@ ABANDONED_STOP_MARGIN = 2.0
 
 PROGRESS_OUTPUT = 4_000
 """Characters of a running script's output (its last lines) a progress notification carries."""
+
+HTTP_ANSWER_BYTES = 1_000_000
+"""Bytes of JSON an answer takes at most over HTTP. The official SDKs read a server-sent event
+of at most 1 MiB (mcp's `DEFAULT_MAX_SSE_EVENT_SIZE`) and fail the whole call past it, so an
+answer over that (a script's output of many short lines, 1 MB of stdout and of stderr, an
+image of 1 MB) reached the client as an error and nothing else."""
 
 RECONNECT_AFTER_MS = 3_000
 """How long a client whose stream broke is asked to wait before it resumes it (SSE `retry`),
@@ -161,7 +167,6 @@ class ToolscriptServer:
         self._sessions: set[Session] = set()
         self._stdio: Session | None = None
         self._stateless: Session | None = None
-        self._numbers = itertools.count(1)
         self._tasks: set[asyncio.Future[Any]] = set()
         self._stopping = False
         self._stopped = False
@@ -334,6 +339,12 @@ class ToolscriptServer:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        result = await self._answer_call(ctx, params)
+        return _fit(result, HTTP_ANSWER_BYTES) if self.transport == "http" else result
+
+    async def _answer_call(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         if self._stopping:
             return _content(Answer.refusal("toolscript serve is shutting down; nothing was run."))
         arguments = params.arguments or {}
@@ -482,7 +493,10 @@ class ToolscriptServer:
         return session
 
     def _new_session(self, name: str | None = None) -> Session:
-        name = name or f"mcp-{next(self._numbers)}"
+        # Over stdio the process is the session, and the next process serves a new client
+        # (docs/serve.md): a name of its own, so that it neither takes back the last one's
+        # kept interpreter nor is told of the calls the last one was left in doubt about.
+        name = name or f"mcp-{secrets.token_hex(6)}"
         session = Session(
             self.runtime.shell(name),
             max_time_limit=self.runtime.max_time_limit,
@@ -563,6 +577,55 @@ def _content(answer: Answer) -> types.CallToolResult:
         structured_content=answer.data,
         is_error=answer.is_error,
     )
+
+
+_CUT_FIELDS = ("stdout", "stderr", "value", "error", "output")
+"""The structured content's strings that can be long: cut first when an answer is too big."""
+
+
+def _encoded_size(result: types.CallToolResult) -> int:
+    return len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
+
+
+def _fit(result: types.CallToolResult, budget: int) -> types.CallToolResult:
+    """`result`, within `budget` bytes of JSON: the structured content's longest strings cut
+    in the middle first (the text content has them cut already), then images dropped from
+    the last, saying so in the text."""
+    if _encoded_size(result) <= budget:
+        return result
+    data = dict(result.structured_content or {})
+    content = list(result.content)
+    fitted = result.model_copy(update={"structured_content": data or None, "content": content})
+    while _encoded_size(fitted) > budget:
+        long = [
+            key for key in _CUT_FIELDS if isinstance(data.get(key), str) and len(data[key]) > 2_000
+        ]
+        if not long:
+            break
+        key = max(long, key=lambda name: len(data[name].encode()))
+        text = data[key]
+        keep = len(text) // 2
+        head = keep // 2
+        cut = len(text) - keep
+        data[key] = (
+            f"{text[:head]}\n… {cut:,} characters cut to fit the answer …\n"
+            f"{text[len(text) - (keep - head) :]}"
+        )
+    dropped = 0
+    while _encoded_size(fitted) > budget and isinstance(content[-1], types.ImageContent):
+        content.pop()
+        dropped += 1
+    if dropped:
+        said = (
+            f"\n\n{dropped} image(s) not sent: the answer would have been over "
+            f"{budget:,} bytes, more than MCP clients over HTTP read in one message."
+        )
+        first = content[0]
+        if isinstance(first, types.TextContent):
+            content[0] = types.TextContent(text=first.text + said)
+        if data:
+            data["images_not_sent"] = dropped
+    return fitted
 
 
 def _version() -> str:
