@@ -371,3 +371,50 @@ async def test_a_signal_ends_serve_over_stdio_with_its_scripts_stopped_folder_re
     _assert_closed_journal(
         tmp_path / "journal.sqlite3", [ran["script_id"], background["script_id"]]
     )
+
+
+@SIGNALS
+@pytest.mark.timeout(60)
+async def test_a_signal_while_an_mcp_server_hangs_in_its_handshake_ends_serve_at_once(
+    tmp_path: Path, signal_number: int
+) -> None:
+    # An MCP client that closes a server sends SIGTERM and, a few seconds on, SIGKILL: a
+    # server that waits for its MCP servers' start timeout (30 s) first would leave them.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    args = serve_args(tmp_path)
+    config = json.loads((tmp_path / "mcp.json").read_text())
+    marker = tmp_path / "hangs.pid"
+    hangs = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(1000)"
+    config["mcpServers"]["hangs"] = {"command": sys.executable, "args": ["-c", hangs]}
+    (tmp_path / "mcp.json").write_text(json.dumps(config))
+    process = await anyio.open_process(
+        [sys.executable, *args],
+        env={**os.environ, **environment(tmp_path), "TMPDIR": str(temp)},
+    )
+    try:
+        with anyio.fail_after(30):  # the server has started the MCP server that hangs
+            while not marker.exists() or not marker.read_text():
+                await anyio.sleep(0.05)
+        process.send_signal(signal_number)
+        with anyio.fail_after(STOP_BOUND):
+            returncode = await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        with anyio.move_on_after(5):
+            await process.aclose()
+    assert returncode == 0
+    assert _working_folders(temp) == []
+    pid = int(marker.read_text())
+    with anyio.fail_after(5):
+        while Path(f"/proc/{pid}").exists() and "Z" not in _state(pid):
+            await anyio.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

@@ -480,3 +480,25 @@ async def test_an_http_error_with_no_answer_leaves_the_calls_effect_unknown(
     finally:
         process.kill()
         await asyncio.wait_for(process.wait(), 10)
+
+
+async def test_a_start_cancelled_while_one_server_hangs_in_its_handshake_ends_that_server(
+    tmp_path: Path,
+) -> None:
+    # `gather` gives up at the first start that is cancelled: the open must still wait for
+    # the server that hangs to be stopped, or it is left running.
+    marker = tmp_path / "hangs.pid"
+    hangs = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(1000)"
+    config = {
+        "mcpServers": {"demo": demo(), "hangs": {"command": sys.executable, "args": ["-c", hangs]}}
+    }
+    opening = asyncio.ensure_future(MCPTools.open(config, tmp_path, startup_timeout=20))
+    async with asyncio.timeout(20):
+        while not marker.exists() or not marker.read_text():
+            await asyncio.sleep(0.05)
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    pid = int(marker.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -168,12 +168,17 @@ def serve_command(args: argparse.Namespace) -> int:
 
         served: ToolscriptServer | None = None
         signalled = False
+        starting = asyncio.current_task()
 
         def stop() -> None:
             nonlocal signalled
             signalled = True
             if served is not None:
                 served.stop()
+            elif starting is not None:
+                # The runtime is still starting (an MCP server's handshake can take its whole
+                # start timeout): stop that at once; the runtime's start undoes what it began.
+                starting.cancel()
 
         _stop_on_signals(stop)
         async with Runtime(tools=specs, mcp_config=mcp_config, journal=args.journal, **knobs) as rt:

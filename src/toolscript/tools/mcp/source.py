@@ -57,9 +57,14 @@ class MCPTools:
                 for name, server in config.servers.items()
             }
         )
+        starts = [asyncio.ensure_future(server.start()) for server in tools.servers.values()]
         try:
-            await asyncio.gather(*(server.start() for server in tools.servers.values()))
+            await asyncio.gather(*starts)
         except BaseException:
+            # `gather` gives up at the first start that is cancelled (it cancelled them all);
+            # the others may still be ending the process they began. Each undoes its own
+            # start: wait for all of them, or a server still in its handshake is left running.
+            await asyncio.wait(starts)
             await tools.aclose()
             raise
         return tools
