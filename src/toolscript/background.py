@@ -349,7 +349,7 @@ class BackgroundScripts:
                 limit,
                 [
                     *notes,
-                    *services.unconfined_words(interpreter),
+                    *services.interpreter_words(interpreter),
                     *interpreter.catalogue.down_notes(code),
                 ],
                 generation=interpreter.generation,

@@ -307,7 +307,7 @@ class Runtime:
             log_dir=base / "logs" / "background",
             catalogue=lambda: self.catalogue,
             folder=self._folder,
-            unconfined_words=self._unconfined_words,
+            interpreter_words=self._interpreter_words,
             check_open=self._check_open,
             is_closed=lambda: self._closed,
             checker=self._checker,
@@ -410,12 +410,12 @@ class Runtime:
         `sandbox_failure` for why)."""
         return self._sandbox.level if self._sandbox is not None else LEVEL_NONE
 
-    def _unconfined_words(self, interpreter: Interpreter) -> list[str]:
+    def _interpreter_words(self, interpreter: Interpreter) -> list[str]:
         """Once per interpreter: the note that says it runs without a sandbox, and the one
         that names the `preload` modules its kernel, started afresh, could not import."""
-        if interpreter.told_unconfined:
+        if interpreter.told_once:
             return []
-        interpreter.told_unconfined = True
+        interpreter.told_once = True
         words = []
         if self._sandbox is None:
             words.append(

@@ -68,8 +68,9 @@ class ShellServices:
     """The tool catalogue as it is now (an MCP server's tools may change)."""
     folder: Callable[[str], Path]
     """The working folder of the shell of that name, made if need be."""
-    unconfined_words: Callable[[Interpreter], list[str]]
-    """Once per interpreter that runs without a sandbox: the note that says so."""
+    interpreter_words: Callable[[Interpreter], list[str]]
+    """Once per interpreter: the notes said of it once (no sandbox; `preload` modules its
+    kernel, started afresh, could not import)."""
     check_open: Callable[[], None]
     """Raise `RuntimeClosedError` unless the runtime is started and not closed."""
     is_closed: Callable[[], bool]
@@ -308,7 +309,7 @@ class Shell:
         fresh = interpreter.runs == 0
         if reset_note:
             notes.append(reset_note)
-        notes.extend(services.unconfined_words(interpreter))
+        notes.extend(services.interpreter_words(interpreter))
         failures = interpreter.bind_failures
         for key, why in failures[:_BIND_FAILURES_TOLD]:
             notes.append(f"The tool {key} could not be bound and is missing: {why}")

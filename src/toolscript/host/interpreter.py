@@ -149,7 +149,7 @@ class Interpreter:
         """Scripts sent to this interpreter so far."""
         self._quiet = False
         self._stop_reason: str | None = None
-        self.told_unconfined = False
+        self.told_once = False
         """Whether a result has said what is said once per interpreter: that it runs without
         a sandbox, and the `preload` modules it could not import."""
         self.preload_failures: list[tuple[str, str]] = []
@@ -281,8 +281,9 @@ class Interpreter:
             self.python_version = str(ready.get("python"))
             failures = ready.get("preload_failures")
             if isinstance(failures, list):
+                # Said before any script ran, but cut all the same: it is the kernel's word.
                 self.preload_failures = [
-                    (str(failure[0]), str(failure[1]))
+                    (str(failure[0])[:200], str(failure[1])[:500])
                     for failure in failures[:100]
                     if isinstance(failure, list) and len(failure) == 2
                 ]
