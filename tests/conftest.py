@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from toolscript import Runtime
+from toolscript import Runtime, tool
 
 SANDBOX = os.environ.get("TOOLSCRIPT_TEST_SANDBOX", "required")
 
@@ -166,3 +166,14 @@ def collections_that_format_tracebacks() -> Iterator[None]:
     finally:
         gc.set_threshold(*threshold)
         gc.callbacks.remove(format_a_traceback)
+
+
+transfers: list[int] = []
+"""The amounts `transfer` was called with: its effect, as a test sees it (cleared by each)."""
+
+
+@tool
+async def transfer(amount: int = 0) -> str:
+    """A tool with an effect."""
+    transfers.append(amount)
+    return "sent"

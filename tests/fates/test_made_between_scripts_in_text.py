@@ -6,24 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import MakeRuntime, eventually
-from toolscript import tool
-
-effects: list[int] = []
-
-
-@tool
-async def transfer(amount: int = 0) -> str:
-    """A tool with an effect."""
-    effects.append(amount)
-    return "sent"
+from tests.conftest import MakeRuntime, eventually, transfer, transfers
 
 
 @pytest.mark.timeout(30)
 async def test_a_call_made_between_scripts_is_named_in_the_next_text(
     make_runtime: MakeRuntime,
 ) -> None:
-    effects.clear()
+    transfers.clear()
     runtime = await make_runtime(tools=[transfer])
     shell = runtime.shell()
     first = await shell.run(
@@ -34,9 +24,9 @@ async def test_a_call_made_between_scripts_is_named_in_the_next_text(
         "kept = asyncio.get_running_loop().create_task(later())"
     )
     assert first.status == "ok", first.text
-    await eventually(lambda: effects == [1], 10, "the task the script left made no call")
+    await eventually(lambda: transfers == [1], 10, "the task the script left made no call")
     second = await shell.run("'next'")
-    assert effects == [1]
+    assert transfers == [1]
     assert second.calls.made_before_start == 1
     assert "made before this script started" in second.text
     assert "transfer(amount=1)" in second.text

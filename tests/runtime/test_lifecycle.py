@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -237,17 +238,25 @@ async def test_starting_from_two_tasks_at_once_starts_once_and_closes_everything
     assert first is second is runtime
     assert (await runtime.run("1")).status == "ok"
     await runtime.aclose()
-    for _ in range(50):
-        if not children_of_this_process() - others and open_descriptors() == before:
-            break
-        await asyncio.sleep(0.1)
-    assert children_of_this_process() - others == set()
-    assert open_descriptors() == before
+    await closed_all(others, before)
     assert not list(tmp_path.glob("*.intents"))
 
 
 def open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+async def closed_all(others: set[int], descriptors: int) -> None:
+    """Wait (bounded) until no process but `others` is a child of this one and the open
+    descriptors are back to `descriptors`; fail saying which is not."""
+    with contextlib.suppress(AssertionError):  # said below, with what is left
+        await eventually(
+            lambda: not children_of_this_process() - others and open_descriptors() == descriptors,
+            5,
+            "the runtime's processes and descriptors did not all close",
+        )
+    assert children_of_this_process() - others == set()
+    assert open_descriptors() == descriptors
 
 
 @pytest.mark.timeout(30)
@@ -299,9 +308,4 @@ async def test_an_aclose_made_while_the_runtime_starts_leaves_nothing_running(
     await runtime.aclose()
     with pytest.raises(Exception, match="closed"):
         await starting
-    for _ in range(50):
-        if not children_of_this_process() - others and open_descriptors() == before:
-            break
-        await asyncio.sleep(0.1)
-    assert children_of_this_process() - others == set()
-    assert open_descriptors() == before
+    await closed_all(others, before)

@@ -6,17 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import MakeRuntime
-from toolscript import tool
-
-effects: list[int] = []
-
-
-@tool
-async def transfer(amount: int = 0) -> str:
-    """A tool with an effect."""
-    effects.append(amount)
-    return "sent"
+from tests.conftest import MakeRuntime, transfer, transfers
 
 
 @pytest.mark.timeout(30)
@@ -36,7 +26,7 @@ async def test_a_forked_child_that_ends_later_does_not_end_the_next_script(
 async def test_the_parents_call_after_its_childs_copy_ended_is_in_the_scripts_report(
     make_runtime: MakeRuntime,
 ) -> None:
-    effects.clear()
+    transfers.clear()
     runtime = await make_runtime(tools=[transfer])
     result = await runtime.run(
         "import os, time\n"
@@ -48,5 +38,5 @@ async def test_the_parents_call_after_its_childs_copy_ended_is_in_the_scripts_re
     )
     assert result.status == "ok", result.text
     assert result.value == "'parent'"
-    assert effects == [100]
+    assert transfers == [100]
     assert result.calls.by_fate == {"seen": 1}
