@@ -7,12 +7,13 @@ call's effect, so neither is ever reported as the tool's answer, error or not.
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
 
-from tests.conftest import MakeRuntime
-from toolscript import tool
+from tests.conftest import MakeRuntime, eventually
+from toolscript import Runtime, tool
 from toolscript.tools.spec import SourceGone, ToolOutcome, ToolSpec
 
 from .conftest import call_line
@@ -124,3 +125,89 @@ async def test_a_call_whose_source_died_in_flight_is_pending_source_gone_not_an_
     assert "the tool's server stopped" in line and "may still take effect" in line
     [uncertain] = runtime.journal.uncertain()
     assert (uncertain.fate, uncertain.cause) == ("pending", "source_gone")
+
+
+# A synchronous tool cannot be stopped at its timeout: its thread runs on. When it ends, its
+# effect is no longer in doubt, and the journal says so (its fate stays what the script's
+# result said).
+
+
+def _late_sync_tool(release: threading.Event, fails: bool = False) -> Any:
+    @tool(timeout=0.2)
+    def transfer(amount: int) -> str:
+        """Move money; this one answers only once released, long past its timeout."""
+        if not release.wait(20):
+            return "never released"
+        if fails:
+            raise RuntimeError(f"the bank refused {amount}")
+        return f"moved {amount}"
+
+    return transfer
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("fails", [False, True], ids=["answers", "raises"])
+async def test_a_sync_tool_that_ends_after_its_timeout_has_its_late_answer_journaled(
+    make_runtime: MakeRuntime, fails: bool
+) -> None:
+    release = threading.Event()
+    runtime = await make_runtime(tools=[_late_sync_tool(release, fails)])
+    result = await runtime.run(
+        "try:\n    await transfer(amount=5)\nexcept ToolTimeout as error:\n    print('gave up')\n"
+    )
+    assert result.status == "ok", result.text
+    [record] = result.calls.records
+    assert (record.fate, record.cause, record.answered_at) == ("pending", "tool_timeout", None)
+    [uncertain] = runtime.journal.uncertain()
+    assert uncertain.call_id == record.id
+
+    release.set()
+    await eventually(
+        lambda: not runtime.journal.uncertain(), 10, "the late answer was not journaled"
+    )
+    [call] = runtime.journal.calls()
+    assert call.call_id == record.id
+    assert (call.fate, call.cause, call.uncertain) == ("pending", "tool_timeout", False)
+    assert call.answered_at is not None and call.answered_at > record.made_at
+    assert call.is_error is fails
+    assert call.answer_brief is not None
+    assert ("the bank refused 5" if fails else "moved 5") in call.answer_brief
+
+
+@pytest.mark.timeout(30)
+async def test_a_sync_tool_that_ends_after_its_timeout_but_before_its_script_is_not_uncertain(
+    make_runtime: MakeRuntime,
+) -> None:
+    release = threading.Event()
+    runtimes: list[Runtime] = []
+
+    def answered() -> bool:
+        return any(call.answered_at is not None for call in runtimes[0].journal.calls())
+
+    @tool
+    async def let_it_finish() -> None:
+        """Release the late transfer, and answer once the host has its late answer."""
+        release.set()
+        await eventually(answered, 10, "the late answer did not reach the host")
+
+    runtime = await make_runtime(tools=[_late_sync_tool(release), let_it_finish])
+    runtimes.append(runtime)
+    result = await runtime.run(
+        "try:\n"
+        "    await transfer(amount=9)\n"
+        "except ToolTimeout as error:\n"
+        "    print('gave up')\n"
+        "await let_it_finish()\n"
+    )
+    assert result.status == "ok", result.text
+    record = next(record for record in result.calls.records if record.tool == "transfer")
+    assert (record.fate, record.cause) == ("pending", "tool_timeout")
+    assert not runtime.journal.uncertain()
+    call = next(call for call in runtime.journal.calls() if call.call_id == record.id)
+    assert (call.fate, call.cause, call.uncertain, call.is_error) == (
+        "pending",
+        "tool_timeout",
+        False,
+        False,
+    )
+    assert call.answer_brief is not None and "moved 9" in call.answer_brief

@@ -18,6 +18,7 @@ into its script's report (a record for the first 1,000, a count per tool beyond)
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..kernel.brief import brief
-from .journal import AnswerRow, FateRow, Journal, JournalCall, StartRow
+from .journal import AnswerRow, FateRow, Journal, JournalCall, JournalClosedError, StartRow
 
 MAX_TOOL_NAME = 200
 """The longest tool name a call frame's name is kept to; longer is no tool's, and is cut."""
@@ -455,6 +456,14 @@ class CallLedger:
                 del calls[n]
         if rows:
             self._journal.record_answers(rows)
+
+    def answered_late(self, call_id: str, is_error: bool, value: Any) -> None:
+        """A call the host gave up on at its tool's timeout (`host_cause`) ended after all,
+        with `value`: journaled as its late answer, so its effect is no longer in doubt. Its
+        fate stays `pending` (the script never had the answer), and its script's report,
+        already made or made later, says what the host knew when it gave up."""
+        with contextlib.suppress(JournalClosedError, OSError):  # closed meanwhile, or full
+            self._journal.record_answers([(call_id, time.time(), is_error, brief(value), None)])
 
     def answered_from_journal(
         self, n: int, is_error: bool, answer_brief: str, answered_at: float | None

@@ -159,7 +159,7 @@ class ToolCatalogue:
             steps = spec.handler(args).__await__()
             waiting = steps.send(None)
         except StopIteration as stop:
-            return _answer_of(key, stop.value)
+            return answer_of(key, stop.value)
         except Exception as error:
             return _answer_to(key, error, timeout)
         return Waiting(key, steps, waiting, timeout)
@@ -172,7 +172,7 @@ class ToolCatalogue:
                 outcome = await _resume(begun.steps, begun.waiting, context)
         except Exception as error:
             return _answer_to(begun.key, error, begun.timeout)
-        return _answer_of(begun.key, outcome)
+        return answer_of(begun.key, outcome)
 
 
 @dataclass(slots=True)
@@ -185,7 +185,7 @@ class Waiting:
     timeout: float | None
 
 
-def _answer_of(key: str, outcome: object) -> Answer:
+def answer_of(key: str, outcome: object) -> Answer:
     """The answer a handler's return value makes."""
     if type(outcome) is not ToolOutcome and not isinstance(outcome, ToolOutcome):
         message = f"{key}'s handler returned {type(outcome).__name__}, not a ToolOutcome"

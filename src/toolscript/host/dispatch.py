@@ -10,16 +10,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import functools
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..kernel import wire
 from ..kernel.brief import brief
-from ..tools.spec import CallIdentity, current_call
+from ..tools.spec import CallIdentity, ToolOutcome, current_call, left_running
 from . import codec
 from .calls import CallLedger, NotJournaled
-from .catalogue import Answer, ToolCatalogue, Waiting
+from .catalogue import Answer, ToolCatalogue, Waiting, answer_of
 from .journal import ANSWER_KEPT, TakenCall
 
 if TYPE_CHECKING:
@@ -206,6 +207,10 @@ class Dispatcher:
                     answer = _cancelled_itself(key)
                 waited = self._loop.time() - started
                 self._answered_all([(n, answer)], self.channel.still_polling(waited))
+                if answer.kind == "tool_timeout":
+                    late = context.get(left_running)
+                    if late is not None:
+                        late.add_done_callback(functools.partial(self._late, identity[0], key))
                 return
         finally:
             if answered:
@@ -233,6 +238,13 @@ class Dispatcher:
                 first = i + 1
         if first < len(todo):
             self._answer_soon(todo[first:], 0, eager=False)
+
+    def _late(self, call_id: str, key: str, late: asyncio.Future[ToolOutcome]) -> None:
+        """The work a handler left running when the host gave up on it at its timeout (a
+        synchronous tool's thread) ended: journal its outcome as the call's late answer."""
+        if not late.cancelled():
+            answer = answer_of(key, late.result())
+            self.ledger.answered_late(call_id, answer.kind != "value", answer.value)
 
     def _answered_all(self, answers: list[tuple[int, Answer]], reply_due: bool = True) -> None:
         """Send handlers' answers, then journal them; `reply_due` as `Channel.send_frames`.

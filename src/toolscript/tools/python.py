@@ -22,8 +22,8 @@ handler converts the arguments whose annotation is not plain JSON data (a pydant
 off the event loop), and turns its return value into JSON-safe data. An exception from the
 function becomes an error result, `"<ExceptionType>: <message>"`; `ToolFailure` gives its
 message alone, and `SourceGone` and cancellation pass through. A sync function cannot be
-interrupted: when the host gives up on it at its timeout, its thread runs on to its end.
-"""
+interrupted: when the host gives up on it at its timeout, its thread runs on to its end,
+and its outcome is journaled then as the call's late answer (`left_running`)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ from toolscript.tools.spec import (
     ToolOutcome,
     ToolSpec,
     call_context,
+    left_running,
 )
 
 P = ParamSpec("P")
@@ -80,15 +81,14 @@ class _ToolThreads:
 
     def __init__(self, most: int) -> None:
         self._most = most
-        self._work: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]]]
-        self._work = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._started = 0
         self._idle = 0  # threads waiting for work that no call has counted on yet
 
-    def run(self, function: Callable[[], Any]) -> asyncio.Future[Any]:
-        """`function()` in a tool thread; its result (or exception) in the future."""
-        future = asyncio.get_running_loop().create_future()
+    def run(self, function: Callable[[], Any]) -> _Job:
+        """`function()` in a tool thread; its result (or exception) in the job's future."""
+        job = _Job(function, asyncio.get_running_loop().create_future())
         with self._lock:
             if self._idle:
                 self._idle -= 1
@@ -96,26 +96,42 @@ class _ToolThreads:
                 self._started += 1
                 name = f"toolscript-tool-{self._started}"
                 threading.Thread(target=self._serve, name=name, daemon=True).start()
-        self._work.put((function, future))
-        return future
+        self._work.put(job)
+        return job
 
     def _serve(self) -> None:
         while True:
-            function, future = self._work.get()
+            job = self._work.get()
             try:
-                result: Any = function()
+                result: Any = job.function()
                 error: BaseException | None = None
             except BaseException as raised:  # the tool's: the caller raises it
                 result, error = None, raised
             with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
-                future.get_loop().call_soon_threadsafe(_settle, future, result, error)
-            del function, future, result, error
+                job.future.get_loop().call_soon_threadsafe(_settle, job, result, error)
+            del job, result, error
             with self._lock:
                 self._idle += 1
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+class _Job:
+    """A call's function for a tool thread, and the future of its outcome; `late`, set by a
+    caller that stopped waiting, takes the outcome instead when it comes."""
+
+    __slots__ = ("function", "future", "late")
+
+    def __init__(self, function: Callable[[], Any], future: asyncio.Future[Any]) -> None:
+        self.function = function
+        self.future = future
+        self.late: asyncio.Future[ToolOutcome] | None = None
+
+
+def _settle(job: _Job, result: Any, error: BaseException | None) -> None:
+    future = job.future
     if future.done():  # given up at its timeout, or cancelled
+        late = job.late
+        if late is not None and not late.done():
+            late.set_result(_outcome(result if error is None else _Raised(error)))
         return
     if error is not None:
         future.set_exception(error)
@@ -244,11 +260,19 @@ class Tool(Generic[P, R]):
                 result = await call(**converted)
             else:
                 context = contextvars.copy_context()
-                result = await _tool_threads().run(
+                job = _tool_threads().run(
                     functools.partial(context.run, _in_thread, call, converted)
                 )
+                try:
+                    result = await job.future
+                except asyncio.CancelledError:
+                    # Given up (at its timeout): the thread cannot be stopped, and its end
+                    # is the call's late answer, which the host journals (`left_running`).
+                    job.late = late = asyncio.get_running_loop().create_future()
+                    left_running.set(late)
+                    raise
                 if type(result) is _Raised:
-                    return ToolOutcome(value=_message(result.error), is_error=True)
+                    return _outcome(result)
             if type(result) not in _JSON_SCALARS:
                 if inspect.isawaitable(result):
                     result = await result
@@ -256,26 +280,37 @@ class Tool(Generic[P, R]):
                     result = [item async for item in result]
         except (SourceGone, asyncio.CancelledError):
             raise
-        except ToolFailure as failure:
-            return ToolOutcome(value=_message(failure, with_type=False), is_error=True)
         except BaseException as error:
             # `SystemExit` (argparse on a bad command line, `sys.exit` in a library) and
             # `KeyboardInterrupt` raised by a tool are its failure, not the host's: let out,
             # asyncio would end the host's event loop with them.
-            return ToolOutcome(value=_message(error), is_error=True)
+            return _outcome(_Raised(error))
         if type(result) in _JSON_SCALARS:
             return ToolOutcome(value=result)
-        if isinstance(result, ToolOutcome):
-            return result
-        from pydantic_core import to_jsonable_python
+        return _outcome(result)
 
-        try:
-            return ToolOutcome(value=to_jsonable_python(result))
-        except Exception as error:
-            return ToolOutcome(
-                value=f"the tool's return value could not be turned into JSON data: {_message(error)}",
-                is_error=True,
-            )
+
+def _outcome(result: Any) -> ToolOutcome:
+    """The outcome a tool's return value makes once nothing is left to await in it; a
+    `_Raised` is its failure (`ToolFailure` gives its message alone)."""
+    if type(result) in _JSON_SCALARS:
+        return ToolOutcome(value=result)
+    if isinstance(result, ToolOutcome):
+        return result
+    if type(result) is _Raised:
+        error = result.error
+        return ToolOutcome(
+            value=_message(error, with_type=not isinstance(error, ToolFailure)), is_error=True
+        )
+    from pydantic_core import to_jsonable_python
+
+    try:
+        return ToolOutcome(value=to_jsonable_python(result))
+    except Exception as error:
+        return ToolOutcome(
+            value=f"the tool's return value could not be turned into JSON data: {_message(error)}",
+            is_error=True,
+        )
 
 
 @overload

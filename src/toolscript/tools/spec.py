@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 class ToolFailure(Exception):
@@ -82,6 +85,13 @@ for the handlers that ask)."""
 
 current_call: ContextVar[CallIdentity | None] = ContextVar("toolscript_call", default=None)
 """The call the handler running in this context answers (set by the host's dispatcher)."""
+
+left_running: ContextVar[asyncio.Future[ToolOutcome] | None] = ContextVar(
+    "toolscript_left_running", default=None
+)
+"""Set by a handler that was cancelled (at its timeout) while work it cannot stop ran on,
+such as a synchronous tool's thread: that work's outcome, to come. The host journals it as
+the call's late answer, since the call's effect is then no longer in doubt."""
 
 
 def call_context() -> CallContext | None:
