@@ -277,7 +277,7 @@ def test_answers_and_fates_find_their_calls_in_a_batch_put_back_after_a_failed_c
         flusher.join()
         assert failed, "the commit did not fail"
         # Recorded after the failed commit: into the rows put back.
-        journal.settle_calls([CallFate("c-1", "seen", None), CallFate("c-2", "pending", "timeout")])
+        journal.settle_calls([CallFate("c-1", "seen", None), CallFate("c-2", "pending", None)])
         journal.record_answers([CallAnswer("c-2", NOW + 2, True, "'late'", b"frame-2")])
         journal.record_calls([start("c-4")])
         journal.record_answers([CallAnswer("c-4", NOW + 3, False, "'four'", b"frame-4")])
@@ -293,7 +293,7 @@ def test_answers_and_fates_find_their_calls_in_a_batch_put_back_after_a_failed_c
     assert (one.fate, one.answer_brief, one.uncertain) == ("seen", "'one'", False)
     assert (two.fate, two.cause, two.answer_brief, two.is_error) == (
         "pending",
-        "timeout",
+        None,
         "'late'",
         True,
     )
@@ -303,8 +303,62 @@ def test_answers_and_fates_find_their_calls_in_a_batch_put_back_after_a_failed_c
     assert (four.fate, four.answer_brief) == ("seen", "'four'")
     with sqlite3.connect(path) as db:
         frames = dict(db.execute("SELECT call_id, answer_frame FROM calls").fetchall())
-    # A frame is kept until its call is seen: only the answer of the call settled pending.
+    # A frame is kept while code may still take it: only the answer of the call whose script
+    # ended while it was in flight.
     assert frames == {"c-1": None, "c-2": b"frame-2", "c-3": None, "c-4": None}
+
+
+# Which frames a host that takes the interpreter back may still have to deliver: those of
+# calls that code in the kernel may still take. A call seen, or one whose code stopped
+# waiting (a cause), never will be.
+_FRAME_KEPT_BY_FATE = {
+    ("seen", None): False,
+    ("late", "timeout"): False,
+    ("late", "interpreter_gone"): False,
+    ("unread", "cancelled"): False,
+    ("unread", None): True,
+    ("pending", "timeout"): False,
+    ("pending", "stopped"): False,
+    ("pending", None): True,
+}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("order", ["answer-then-fate", "fate-then-answer"])
+@pytest.mark.parametrize("flushes", ["one-flush", "a-flush-between"])
+def test_an_answer_frame_is_kept_only_while_code_may_still_take_the_answer(
+    tmp_path: Path, order: str, flushes: str
+) -> None:
+    # Only a call settled `pending` can be answered after its fate; every other fate is
+    # given to an answered call.
+    path = tmp_path / "journal.sqlite3"
+    ids = {fate: f"c-{i}" for i, fate in enumerate(_FRAME_KEPT_BY_FATE, 1)}
+
+    def answer(call_id: str) -> CallAnswer:
+        return CallAnswer(call_id, NOW + 1, False, "'big'", b"frame-" + call_id.encode())
+
+    def then_flush(journal: Journal) -> None:
+        if flushes == "a-flush-between":
+            journal.flush()
+
+    with Journal.open(path) as journal:
+        journal.begin_script("s-1", "main", 1, "a()", NOW)
+        journal.record_calls([start(call_id) for call_id in ids.values()])
+        then_flush(journal)
+        for (fate, cause), call_id in ids.items():
+            if fate != "pending" or order == "answer-then-fate":
+                journal.record_answers([answer(call_id)])
+                then_flush(journal)
+            journal.settle_calls([CallFate(call_id, fate, cause)])
+            then_flush(journal)
+            if fate == "pending" and order == "fate-then-answer":
+                journal.record_answers([answer(call_id)])
+        journal.flush()
+    with sqlite3.connect(path) as db:
+        frames = dict(db.execute("SELECT call_id, answer_frame FROM calls").fetchall())
+    assert {fate: frames[call_id] is not None for fate, call_id in ids.items()} == (
+        _FRAME_KEPT_BY_FATE
+    )
 
 
 @pytest.mark.timeout(30)

@@ -25,9 +25,10 @@ What is durable, and when:
 - A script's end lost to a kill (it was only in the buffer, without `durable_ends`) leaves
   its script without a status, which is the truthful state.
 - An answer is journaled with its frame, as it is sent to the kernel, and the frame is kept
-  until the script's code has seen the answer (up to `ANSWER_KEPT` bytes; of a longer answer
-  only its start is kept): a host that takes the interpreter back delivers it from there if
-  the host before died before sending it.
+  while code in the kernel may still take the answer (up to `ANSWER_KEPT` bytes; of a longer
+  answer only its start is kept): a host that takes the interpreter back delivers it from
+  there if the host before died before sending it. A call seen, or one whose code stopped
+  waiting for it, lets its frame go.
 - Nothing here survives a power loss or a kernel crash: that would need an fsync per call,
   which the hot path cannot afford. SQLite runs with WAL and `synchronous=NORMAL`.
 

@@ -44,23 +44,33 @@ _NO_END = (None, None, None, None, None, None, None)
 """The columns after `made_at` of a call neither answered nor settled: `answered_at`,
 `is_error`, `answer_brief`, `answer_frame`, `fate`, `cause`, `uncertain_reason`."""
 
+# Goal: the journal keeps an answer's frame (up to `ANSWER_KEPT`) only while a host that
+# takes the interpreter back might have to deliver it: while code in the kernel may still
+# wait for that answer. What fails: keeping it until the call is `seen`: a call whose code
+# stopped waiting (`late`, `unread` or `pending` with a cause) is never seen, and its frame,
+# up to 1 MiB, stayed in the file for good. What we do: keep it while the call has no fate,
+# or a fate with no cause that leaves code able to take it later (`unread`: never awaited
+# yet; `pending`: the script ended while it was in flight). (A call answered and seen within
+# one flush, the common case, never stores it.)
+_FRAME_NEEDED = "fate IS NULL OR (cause IS NULL AND fate IN ('unread', 'pending'))"
+
 _ANSWER_CALL = (
-    "UPDATE calls SET answered_at = ?, is_error = ?, answer_brief = ?, answer_frame = ?, "
+    "UPDATE calls SET answered_at = ?, is_error = ?, answer_brief = ?, "
+    f"answer_frame = CASE WHEN {_FRAME_NEEDED} THEN ? END, "
     "uncertain_reason = NULL WHERE id = ?"
 )
 
 # A call settled `pending` becomes uncertain only if no answer has come; an answer that came
 # first (or comes later, see _ANSWER_CALL) clears it, so the order of the two writes in a
-# flush does not matter. An answer's frame is kept until its call is settled `seen`: until
-# the script's code has the answer, a host that takes the interpreter back may have to
-# deliver it. (A call answered and seen within one flush, the common case, never stores it.)
+# flush does not matter. Its frame goes as `_FRAME_NEEDED` says.
 # Fates are written one statement per (fate, cause), the rowids passed as one JSON array:
 # cheaper than a statement per call.
 # Named placeholders, bound from a dict: numbered ones (`?1`) bound from a tuple are
 # deprecated from Python 3.12 and an error from 3.14.
 _SETTLE = (
     "UPDATE calls SET fate = :fate, cause = :cause, "
-    "answer_frame = CASE WHEN :fate = 'seen' THEN NULL ELSE answer_frame END, "
+    "answer_frame = CASE WHEN :cause IS NULL AND :fate IN ('unread', 'pending') "
+    "THEN answer_frame END, "
     "uncertain_reason = CASE "
     "WHEN :fate = 'pending' AND answered_at IS NULL AND :cause = 'in_doubt' THEN 'in_doubt' "
     "WHEN :fate = 'pending' AND answered_at IS NULL THEN 'pending_at_settle' END "
@@ -86,24 +96,34 @@ call has come (its answer, its fate)."""
 # are made, answered and settled within one flush); the flush inserts the rows as they are.
 # Answers and fates of calls whose rows went out with an earlier flush are kept apart, and
 # update those rows.
+def _frame_needed(fate: str | None, cause: str | None) -> bool:
+    """`_FRAME_NEEDED`, for a row still in the buffer."""
+    return fate is None or (cause is None and fate in ("unread", "pending"))
+
+
 def _answered(row: WholeRow, answer: AnswerRow) -> WholeRow:
-    """`row` with `answer` in it: kept whole unless its call was settled `seen`, and no
-    longer uncertain (its effect is known). A second answer changes nothing."""
+    """`row` with `answer` in it: its frame kept while `_frame_needed`, and no longer
+    uncertain (its effect is known). A second answer changes nothing."""
     if row[6] is not None:
         return row
     _, answered_at, is_error, answer_brief, frame = answer
-    fate = row[10]
-    kept = frame if frame is not None and len(frame) <= ANSWER_KEPT and fate != "seen" else None
-    return (*row[:6], answered_at, is_error, answer_brief, kept, fate, row[11], None)
+    fate, cause = row[10], row[11]
+    kept = (
+        frame
+        if frame is not None and len(frame) <= ANSWER_KEPT and _frame_needed(fate, cause)
+        else None
+    )
+    return (*row[:6], answered_at, is_error, answer_brief, kept, fate, cause, None)
 
 
 def _settled(row: WholeRow, fate: str, cause: str | None) -> WholeRow:
     """`row` with its fate: uncertain if settled `pending` before any answer, its answer's
-    frame let go once `seen`. A call settled other than `pending` is settled for good."""
+    frame let go unless still `_frame_needed`. A call settled other than `pending` is
+    settled for good."""
     if row[10] is not None and row[10] != "pending":
         return row
     uncertain = "pending_at_settle" if fate == "pending" and row[6] is None else None
-    kept = None if fate == "seen" else row[9]
+    kept = row[9] if _frame_needed(fate, cause) else None
     return (*row[:9], kept, fate, cause, uncertain)
 
 

@@ -80,8 +80,8 @@ CREATE INDEX calls_uncertain ON calls (shell) WHERE uncertain_reason IS NOT NULL
 # Columns added to version 1 without a new version: nullable, and older code neither reads
 # nor writes them (it names the columns it reads and inserts), so both can keep sharing the
 # file. A journal without them gains them when it is opened. `scripts.violation`: how a script
-# broke the protocol. `calls.answer_frame`: an answer as sent to the kernel, kept until the
-# script's code has seen it (`records.ANSWER_KEPT`).
+# broke the protocol. `calls.answer_frame`: an answer as sent to the kernel, kept while code
+# in the kernel may still take it (`records.ANSWER_KEPT`, `batch._FRAME_NEEDED`).
 _ADDED_COLUMNS = (("scripts", "violation", "TEXT"), ("calls", "answer_frame", "BLOB"))
 
 # Added to version 1 without a new version, like `scripts.violation`: tables older code
