@@ -117,7 +117,16 @@ class InterpreterPool:
             interpreter = self._take_warm()
             if interpreter is None:
                 interpreter = self._make()
-                await interpreter.start()
+                try:
+                    await interpreter.start()
+                except InterpreterStartError:
+                    if interpreter.launch.head_start is None:
+                        raise
+                    # The kernel the command line asked for ahead (`headstart`) died before
+                    # this runtime took it (killed from outside, say): nothing of any run
+                    # had reached it, so one is started anew (a real failure fails again).
+                    interpreter = self._make()
+                    await interpreter.start()
         except BaseException:
             await self.release()
             raise
