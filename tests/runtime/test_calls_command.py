@@ -100,3 +100,88 @@ def test_a_value_sqlite_cannot_take_is_one_line(
     a_host_gone_with_calls_in_flight(path, 1000)
     assert run(["calls", "--journal", str(path), option, value]) == 2
     assert f"toolscript calls: error: {option}:" in capsys.readouterr().err
+
+
+def a_journal_with_a_hostile_call(path: Path) -> None:
+    """A call whose tool name is rich markup and whose arguments hold a terminal's control
+    sequences (repaint the line above, set the clipboard): what a script can send."""
+    from toolscript.host.journal import CallAnswer, CallFate, CallStart, Journal
+
+    with Journal.open(path) as journal:
+        journal.begin_script("s-1", "main", 1, "a()", 1.0)
+        journal.record_calls(
+            [
+                CallStart(
+                    "c-1",
+                    "s-1",
+                    "main",
+                    "t[bold red]x[/]",
+                    "q='[link=https://example.invalid]here[/link]\x1b[1A\x1b]52;c;aGk=\x07'",
+                    1.0,
+                )
+            ]
+        )
+        journal.record_answers([CallAnswer("c-1", 2.0, False, "'ok'")])
+        journal.settle_calls([CallFate("c-1", "seen", None)])
+
+
+def calls_on_a_terminal(path: Path) -> str:
+    import contextlib
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "toolscript.cli", "calls", "--journal", str(path)],
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            timeout=30,
+            env={**os.environ, "PYTHONPATH": SOURCE, "COLUMNS": "300"},
+        )
+        os.close(follower)
+        shown = b""
+        with contextlib.suppress(OSError):  # EIO once everything written was read
+            while chunk := os.read(leader, 65536):
+                shown += chunk
+    finally:
+        os.close(leader)
+    assert done.returncode == 0, done.stderr
+    return shown.decode()
+
+
+def test_calls_shows_tool_names_and_arguments_as_plain_text_never_as_markup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "300")
+    path = tmp_path / "journal.sqlite3"
+    a_journal_with_a_hostile_call(path)
+    assert run(["calls", "--journal", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert "t[bold red]x[/]" in shown
+    assert "[link=https://example.invalid]here[/link]" in shown
+
+
+def test_calls_on_a_terminal_shows_control_sequences_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    a_journal_with_a_hostile_call(path)
+    shown = calls_on_a_terminal(path)
+    assert "\x07" not in shown and "]52;" not in shown.replace("\\x1b]52;", ""), shown
+    assert "\\x1b[1A\\x1b]52;c;aGk=\\x07" in shown, shown
+
+
+def test_a_call_answered_after_its_script_stopped_waiting_shows_its_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "300")
+    from toolscript.host.journal import CallAnswer, CallFate, CallStart, Journal
+
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        journal.begin_script("s-1", "main", 1, "a()", 1.0)
+        journal.record_calls([CallStart("c-1", "s-1", "main", "transfer", "amount=5", 1.0)])
+        journal.settle_calls([CallFate("c-1", "pending", "tool_timeout")])
+        journal.record_answers([CallAnswer("c-1", 2.0, False, "'moved 5'")])
+    assert run(["calls", "--journal", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert "effect known: an answer came after its script stopped waiting: 'moved 5'" in shown
+    assert "effect unknown" not in shown

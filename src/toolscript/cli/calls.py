@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import options
+from .terminal import for_terminal
 
 if TYPE_CHECKING:
     from ..host.journal import JournalCall
@@ -57,28 +58,51 @@ def calls_command(args: argparse.Namespace) -> int:
     if args.as_json:
         print(json.dumps([dataclasses.asdict(call) for call in records], indent=2))
         return 0
+    import sys
+
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    def cell(value: str) -> Text:
+        # Plain text: what a script passed, or a tool answered, is neither rich markup
+        # (`[link=…]`) nor, on a terminal, control sequences it would obey.
+        return Text(for_terminal(value, sys.stdout))
 
     title = f"{len(records)} call(s)" + (" with unknown effect" if args.uncertain else "")
     table = Table(title=title)
     for column in ("when", "shell", "script", "tool", "arguments", "fate", "cause", "note"):
         table.add_column(column, overflow="fold")
     for call in records:
-        reason = call.uncertain_reason or ""
-        note = _UNCERTAIN_WORDS.get(reason, f"effect unknown: {reason}") if call.uncertain else ""
         table.add_row(
-            _clock(call.made_at),
-            call.shell,
-            call.script_id or "(between scripts)",
-            call.tool,
-            call.args_brief,
-            call.fate or _unsettled(call),
-            call.cause or "",
-            note,
+            *map(
+                cell,
+                (
+                    _clock(call.made_at),
+                    call.shell,
+                    call.script_id or "(between scripts)",
+                    call.tool,
+                    call.args_brief,
+                    call.fate or _unsettled(call),
+                    call.cause or "",
+                    _note(call),
+                ),
+            )
         )
     Console().print(table)
     return 0
+
+
+def _note(call: JournalCall) -> str:
+    """Why a call's effect is unknown; or, for one settled `pending` whose answer came only
+    after its script stopped waiting, that answer."""
+    if call.uncertain:
+        reason = call.uncertain_reason or ""
+        return _UNCERTAIN_WORDS.get(reason, f"effect unknown: {reason}")
+    if call.fate == "pending" and call.answered_at is not None:
+        kind = "an error" if call.is_error else "an answer"
+        return f"effect known: {kind} came after its script stopped waiting: {call.answer_brief}"
+    return ""
 
 
 def _unsettled(call: JournalCall) -> str:
