@@ -115,23 +115,39 @@ class _ToolThreads:
 
 
 class _Job:
-    """A call's function for a tool thread, and the future of its outcome; `late`, set by a
-    caller that stopped waiting, takes the outcome instead when it comes."""
+    """A call's function for a tool thread, and the future of its outcome. A caller that
+    stops waiting takes the outcome from `late()` instead, whenever it comes."""
 
-    __slots__ = ("function", "future", "late")
+    __slots__ = ("_ended", "_late", "function", "future")
 
     def __init__(self, function: Callable[[], Any], future: asyncio.Future[Any]) -> None:
         self.function = function
         self.future = future
-        self.late: asyncio.Future[ToolOutcome] | None = None
+        self._late: asyncio.Future[ToolOutcome] | None = None
+        self._ended: ToolOutcome | None = None  # ended after the caller stopped waiting
+
+    def late(self) -> asyncio.Future[ToolOutcome]:
+        """The outcome, for a caller that stopped waiting for `future` (in the event loop's
+        thread, like `_settle`): it may have come already, or come later."""
+        late = self._late = self.future.get_loop().create_future()
+        future = self.future
+        if self._ended is not None:
+            late.set_result(self._ended)
+        elif future.done() and not future.cancelled():  # it ended just before the cancel
+            error = future.exception()
+            late.set_result(_outcome(future.result() if error is None else _Raised(error)))
+        return late
 
 
 def _settle(job: _Job, result: Any, error: BaseException | None) -> None:
     future = job.future
     if future.done():  # given up at its timeout, or cancelled
-        late = job.late
-        if late is not None and not late.done():
-            late.set_result(_outcome(result if error is None else _Raised(error)))
+        outcome = _outcome(result if error is None else _Raised(error))
+        late = job._late
+        if late is None:
+            job._ended = outcome  # for `late()`, if the caller is still on its way there
+        elif not late.done():
+            late.set_result(outcome)
         return
     if error is not None:
         future.set_exception(error)
@@ -268,8 +284,7 @@ class Tool(Generic[P, R]):
                 except asyncio.CancelledError:
                     # Given up (at its timeout): the thread cannot be stopped, and its end
                     # is the call's late answer, which the host journals (`left_running`).
-                    job.late = late = asyncio.get_running_loop().create_future()
-                    left_running.set(late)
+                    left_running.set(job.late())
                     raise
                 if type(result) is _Raised:
                     return _outcome(result)
