@@ -133,3 +133,26 @@ def test_progress_prints_words_with_square_brackets_as_they_are() -> None:
     )
     out = console.file.getvalue()  # type: ignore[attr-defined]
     assert "retry 1: HTTP 529 [/] [bold]busy" in out and "script [x]: ok" in out, out
+
+
+def test_progress_on_a_terminal_shows_the_models_control_sequences_escaped() -> None:
+    # A tool name the model made up, and an API's error, reach the terminal: their control
+    # sequences (repaint a line, set the clipboard) are shown, not obeyed.
+    import io
+
+    from rich.console import Console
+
+    from toolscript.agent import AgentEvent
+    from toolscript.cli.agent import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    console = Console(file=Terminal(), width=200, force_terminal=True, color_system=None)
+    progress = Progress(console)
+    progress.hear(AgentEvent("retry", 1, 0.5, {"attempt": 1, "why": "busy\x1b]52;c;aGk=\x07"}))
+    progress.hear(AgentEvent("terminal_refused", 1, 0.6, {"tool": "block\x1b[2K"}))
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "\x07" not in out and "\x1b]52" not in out and "\x1b[2K" not in out, repr(out)
+    assert "busy\\x1b]52;c;aGk=\\x07" in out and "block\\x1b[2K refused" in out, repr(out)

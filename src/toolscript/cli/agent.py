@@ -50,6 +50,11 @@ class Progress:
             style="dim",
         )
 
+    def _plain(self, text: str) -> str:
+        """Words from the model or its API: neither markup nor, on a terminal, control
+        sequences."""
+        return escape(for_terminal(text, self.console.file))
+
     def hear(self, event: AgentEvent) -> None:
         """Take one event of the turn."""
         self.step, self.elapsed = event.step, event.elapsed
@@ -71,7 +76,7 @@ class Progress:
         elif event.kind == "retry":
             # The reason is the model API's words: text, never markup.
             self.console.print(
-                f"[yellow]retry {detail['attempt']}[/]: {escape(str(detail['why']))}"
+                f"[yellow]retry {detail['attempt']}[/]: {self._plain(str(detail['why']))}"
             )
         elif event.kind == "script_started":
             self.scripts += 1
@@ -86,7 +91,7 @@ class Progress:
             self.console.print(escape(f"background script {detail['script_id']} ended"))
         elif event.kind == "terminal_refused":
             self.console.print(
-                f"[yellow]{escape(str(detail['tool']))} refused[/]: results were unread"
+                f"[yellow]{self._plain(str(detail['tool']))} refused[/]: results were unread"
             )
         elif event.kind == "before_step":
             self.console.print(escape(f"before_step: {detail['outcome']}"))

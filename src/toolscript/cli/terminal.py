@@ -5,7 +5,7 @@ file, and in JSON, the text is left as the script wrote it."""
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import IO
 
 _CONTROLS = {
     code: f"\\x{code:02x}"
@@ -14,7 +14,7 @@ _CONTROLS = {
 }
 
 
-def for_terminal(text: str, stream: TextIO) -> str:
+def for_terminal(text: str, stream: IO[str]) -> str:
     """`text` with its control characters escaped if `stream` is a terminal."""
     try:
         on_terminal = stream.isatty()
