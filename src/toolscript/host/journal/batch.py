@@ -87,6 +87,11 @@ WholeRow = tuple[Any, ...]
 call has come (its answer, its fate)."""
 
 
+def _frame_needed(fate: str | None, cause: str | None) -> bool:
+    """`_FRAME_NEEDED`, for a row still in the buffer."""
+    return fate is None or (cause is None and fate in ("unread", "pending"))
+
+
 # Goal: a flush holds the GIL as little as it can, since a call that arrives meanwhile waits
 # for it (up to the interpreter's switch interval, 5 ms). What fails: merging each call's
 # start, answer and fate in the flush thread: a few Python steps per call, a millisecond and
@@ -96,11 +101,6 @@ call has come (its answer, its fate)."""
 # are made, answered and settled within one flush); the flush inserts the rows as they are.
 # Answers and fates of calls whose rows went out with an earlier flush are kept apart, and
 # update those rows.
-def _frame_needed(fate: str | None, cause: str | None) -> bool:
-    """`_FRAME_NEEDED`, for a row still in the buffer."""
-    return fate is None or (cause is None and fate in ("unread", "pending"))
-
-
 def _answered(row: WholeRow, answer: AnswerRow) -> WholeRow:
     """`row` with `answer` in it: its frame kept while `_frame_needed`, and no longer
     uncertain (its effect is known). A second answer changes nothing."""
