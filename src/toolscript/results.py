@@ -460,6 +460,13 @@ def describe_call(record: CallRecord) -> str:
             f"({_one_line(record.answer_brief, 400)})"
         )
     if record.fate == "pending":
+        if record.cause == "tool_timeout" and record.answered_at is not None:
+            # A synchronous tool's thread, which cannot be stopped, ended after all.
+            return (
+                f"{call}: pending: the host gave up waiting at the tool's timeout, but the "
+                f"tool finished later, so it happened; the script never saw it"
+                f"{_answer_words(record)}"
+            )
         if record.cause == "tool_timeout":
             why = "the host gave up waiting at the tool's timeout"
         elif record.cause == "source_gone":

@@ -201,7 +201,12 @@ async def test_a_sync_tool_that_ends_after_its_timeout_but_before_its_script_is_
     )
     assert result.status == "ok", result.text
     record = next(record for record in result.calls.records if record.tool == "transfer")
-    assert (record.fate, record.cause) == ("pending", "tool_timeout")
+    # Still pending (the script never had the answer), but the report knows it happened.
+    assert (record.fate, record.cause, record.is_error) == ("pending", "tool_timeout", False)
+    assert record.answered_at is not None and record.answer_brief == "'moved 9'"
+    line = call_line(result.text, "transfer", "amount=9")
+    assert "the tool finished later, so it happened" in line, line
+    assert "may still take effect" not in line, line
     assert not runtime.journal.uncertain()
     call = next(call for call in runtime.journal.calls() if call.call_id == record.id)
     assert (call.fate, call.cause, call.uncertain, call.is_error) == (

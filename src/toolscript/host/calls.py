@@ -167,7 +167,9 @@ class _Tally:
                 call.args_brief,
                 fate,
                 cause,
-                call.answer_brief if fate in _ANSWER_LISTED else None,
+                call.answer_brief
+                if fate in _ANSWER_LISTED or call.answered_at is not None
+                else None,
                 call.is_error,
                 call.made_at,
                 call.answered_at,
@@ -457,13 +459,17 @@ class CallLedger:
         if rows:
             self._journal.record_answers(rows)
 
-    def answered_late(self, call_id: str, is_error: bool, value: Any) -> None:
-        """A call the host gave up on at its tool's timeout (`host_cause`) ended after all,
-        with `value`: journaled as its late answer, so its effect is no longer in doubt. Its
-        fate stays `pending` (the script never had the answer), and its script's report,
-        already made or made later, says what the host knew when it gave up."""
+    def answered_late(self, n: int, call_id: str, is_error: bool, value: Any) -> None:
+        """Call `n` (`call_id`), which the host gave up on at its tool's timeout
+        (`host_cause`), ended after all, with `value`: journaled as its late answer, so its
+        effect is no longer in doubt. Its fate stays `pending` (the script never had the
+        answer); its script's report, if not made yet, carries the answer too."""
+        now, text = time.time(), brief(value)
+        call = self._calls.get(n)
+        if call is not None and call.id == call_id and not call.folded:
+            call.answered_at, call.is_error, call.answer_brief = now, is_error, text
         with contextlib.suppress(JournalClosedError, OSError):  # closed meanwhile, or full
-            self._journal.record_answers([(call_id, time.time(), is_error, brief(value), None)])
+            self._journal.record_answers([(call_id, now, is_error, text, None)])
 
     def answered_from_journal(
         self, n: int, is_error: bool, answer_brief: str, answered_at: float | None

@@ -210,7 +210,7 @@ class Dispatcher:
                 if answer.kind == "tool_timeout":
                     late = context.get(left_running)
                     if late is not None:
-                        late.add_done_callback(functools.partial(self._late, identity[0], key))
+                        late.add_done_callback(functools.partial(self._late, n, identity[0], key))
                 return
         finally:
             if answered:
@@ -239,12 +239,12 @@ class Dispatcher:
         if first < len(todo):
             self._answer_soon(todo[first:], 0, eager=False)
 
-    def _late(self, call_id: str, key: str, late: asyncio.Future[ToolOutcome]) -> None:
+    def _late(self, n: int, call_id: str, key: str, late: asyncio.Future[ToolOutcome]) -> None:
         """The work a handler left running when the host gave up on it at its timeout (a
-        synchronous tool's thread) ended: journal its outcome as the call's late answer."""
+        synchronous tool's thread) ended: its outcome is the call's late answer."""
         if not late.cancelled():
             answer = answer_of(key, late.result())
-            self.ledger.answered_late(call_id, answer.kind != "value", answer.value)
+            self.ledger.answered_late(n, call_id, answer.kind != "value", answer.value)
 
     def _answered_all(self, answers: list[tuple[int, Answer]], reply_due: bool = True) -> None:
         """Send handlers' answers, then journal them; `reply_due` as `Channel.send_frames`.
