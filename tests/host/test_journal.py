@@ -1078,3 +1078,11 @@ def test_a_limit_that_is_no_number_of_calls_is_refused_naming_it(
         pytest.raises(ValueError, match=r"^limit must be"),
     ):
         journal.calls(limit=limit)  # type: ignore[arg-type]
+
+
+def test_a_journal_made_from_a_path_says_to_open_it(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=r"open a journal with Journal\.open\(path\)"):
+        Journal(tmp_path / "journal.sqlite3")  # type: ignore[call-arg, arg-type]
+    with pytest.raises(TypeError, match=r"Journal\.open\(path\)"):
+        Journal(str(tmp_path / "journal.sqlite3"), None)  # type: ignore[arg-type]
+    assert not (tmp_path / "journal.sqlite3").exists()

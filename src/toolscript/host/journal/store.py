@@ -61,6 +61,9 @@ _CALL_COLUMNS = (
 _log = logging.getLogger(__name__)
 
 
+_NOT_GIVEN: Any = object()
+
+
 class Journal(_ServeRecords, _WriteBehind):
     """The durable record of scripts and tool calls, and the queries the runtime and CLI ask.
 
@@ -78,8 +81,13 @@ class Journal(_ServeRecords, _WriteBehind):
     `pending`), and what is buffered (at most about `MAX_DEFER` worth of calls).
     """
 
-    def __init__(self, connection: sqlite3.Connection, path: Path | None) -> None:
+    def __init__(self, connection: sqlite3.Connection, path: Path | None = _NOT_GIVEN) -> None:
         """Use `Journal.open`; this takes a connection whose schema is ready."""
+        if not isinstance(connection, sqlite3.Connection) or path is _NOT_GIVEN:
+            raise TypeError(
+                "open a journal with Journal.open(path) (a file, ':memory:', or None for the "
+                "one in the state folder); Journal(...) takes an open SQLite connection"
+            )
         super().__init__(connection, path)
         self._stored_since_prune = 0
         with self._db_lock, _Transaction(self._db):
