@@ -35,6 +35,7 @@ HOSTILE_PAYLOADS = {
     "a frame that claims 4 GB": b"\xff\xff\xff\xff",
     "a frame over the size bound": struct.pack(">I", 65 * 1024 * 1024) + b"{}",
     "a body that is not JSON": struct.pack(">I", 5) + b"hello",
+    "the start of a frame that is not an object": struct.pack(">I", 1000) + b"not json",
     "a JSON array": frame([1, 2, 3]),
     "deeply nested JSON": struct.pack(">I", 200_000) + b"[" * 200_000,
     "an unknown kind": frame({"t": "surprise"}),
@@ -88,6 +89,24 @@ async def test_garbage_on_the_protocol_channel_crashes_only_that_interpreter(
     assert after.generation == result.generation + 1
     assert "fresh interpreter" in after.note
     assert (await other.run("mine")).value == "'still here'"
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("part", [b"\x00\x01", b"\x00\x00\x10"], ids=["2 bytes", "3 bytes"])
+async def test_a_partial_header_on_the_channel_is_a_protocol_fault_at_once_not_a_slow_stop(
+    make_runtime: MakeRuntime, part: bytes
+) -> None:
+    # The script's own frames follow the part it wrote, and read as the rest of a frame whose
+    # body does not begin as a JSON object: the host need not wait for its announced length.
+    runtime = await make_runtime()
+    code = FIND_CHANNEL + f"os.write(channel(), {part!r})\n"
+    started = time.monotonic()
+    result = await runtime.run(code, time_limit=10)
+    assert time.monotonic() - started < 5, result.text
+    assert result.status == "crashed", result.text
+    assert "broke the protocol" in result.note, result.note
+    after = await runtime.run("1 + 1")
+    assert after.value == "2" and "fresh interpreter" in after.note
 
 
 @pytest.mark.timeout(20)

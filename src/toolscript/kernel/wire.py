@@ -344,6 +344,9 @@ def encode(message: Frame) -> bytes:
     return _pack(len(body)) + body
 
 
+_OPEN_BRACE = ord("{")
+
+
 class FrameReader:
     """Turns a byte stream into messages, holding at most one partial frame.
 
@@ -390,6 +393,11 @@ class FrameReader:
                     f"a frame announced {length:,} bytes, over the bound of {self._max_frame:,}"
                 )
             if end - position - 4 < length:
+                if end - position > 4 and view[position + 4] != _OPEN_BRACE:
+                    # Every frame is one JSON object, so its body begins with `{`. Not
+                    # waiting for the announced length: a partial header the script wrote
+                    # would take the next frames' bytes as its own and wait out the run.
+                    raise FrameError("a frame's body does not begin as a JSON object")
                 break
             body = bytes(view[position + 4 : position + 4 + length])
             position += 4 + length
