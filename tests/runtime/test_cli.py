@@ -202,3 +202,45 @@ def test_exec_on_a_terminal_shows_a_scripts_control_sequences_escaped(tmp_path: 
 def test_exec_into_a_pipe_keeps_what_the_script_wrote(tmp_path: Path) -> None:
     done = toolscript_exec(tmp_path, FORGED)
     assert "\x1b[1A\x1b[2Kexit 0 · ok\x1b]52;c;aGk=\x07" in done.stdout, done.stdout
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", ["tools", "exec"])
+def test_an_mcp_servers_failure_on_a_terminal_shows_its_control_sequences_escaped(
+    tmp_path: Path, command: str
+) -> None:
+    # A server that fails to start is described with its last stderr lines: its words, which
+    # the terminal must show, not obey.
+    import pty
+
+    config = tmp_path / "mcp.json"
+    hostile = "printf '\\033]52;c;aGk=\\007boom' >&2; exit 3"
+    config.write_text(
+        json.dumps({"mcpServers": {"bad": {"command": "sh", "args": ["-c", hostile]}}})
+    )
+    (tmp_path / "script.py").write_text("print('ran')\n")
+    arguments = ["--mcp-config", str(config)]
+    if command == "exec":
+        arguments = [str(tmp_path / "script.py"), *arguments]
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "toolscript.cli", command, *arguments],
+            stdout=subprocess.DEVNULL,
+            stderr=follower,
+            timeout=50,
+            env=environment(tmp_path),
+            cwd=tmp_path,
+        )
+        os.close(follower)
+        shown = b""
+        with contextlib.suppress(OSError):  # EIO once everything written was read
+            while chunk := os.read(leader, 65536):
+                shown += chunk
+    finally:
+        os.close(leader)
+    text = shown.decode()
+    assert done.returncode == 0, text
+    assert "did not start" in text, text
+    assert "\x1b" not in text and "\x07" not in text, repr(text)
+    assert "\\x1b]52;c;aGk=\\x07boom" in text, text

@@ -85,7 +85,8 @@ def exec_command(args: argparse.Namespace) -> int:
             **knobs,
         ) as rt:
             for server, reason in rt.mcp_failures.items():
-                print(f"toolscript: MCP server {server!r} did not start: {reason}", file=sys.stderr)
+                said = f"toolscript: MCP server {server!r} did not start: {reason}"
+                print(for_terminal(said, sys.stderr), file=sys.stderr)
             # A shell of its own: a call an earlier `exec` left in doubt is that process's
             # to report (`toolscript calls --uncertain`), not this unrelated script's.
             shell = rt.shell(f"exec-{os.getpid()}-{secrets.token_hex(3)}")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from . import options
 from .options import UsageError
+from .terminal import for_terminal
 
 if TYPE_CHECKING:
     import socket
@@ -229,4 +230,4 @@ def _stop_on_signals(stop: Callable[[], None]) -> None:
 
 
 def _say(text: str) -> None:
-    print(f"toolscript: {text}", file=sys.stderr, flush=True)
+    print(for_terminal(f"toolscript: {text}", sys.stderr), file=sys.stderr, flush=True)

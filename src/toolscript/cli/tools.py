@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from . import options
+from .terminal import for_terminal
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +32,7 @@ def tools_command(args: argparse.Namespace) -> int:
 
     prompt, failures = asyncio.run(main())
     for server, reason in failures.items():
-        print(f"toolscript: MCP server {server!r} did not start: {reason}", file=sys.stderr)
+        said = f"toolscript: MCP server {server!r} did not start: {reason}"
+        print(for_terminal(said, sys.stderr), file=sys.stderr)
     print(prompt)
     return 0
