@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
+from .config import output_limit
 from .host.interpreter import Interpreter, InterpreterStartError
 from .host.pool import CLOSED, CapReached
 from .results import ScriptResult, check_words, render_output, result_from
@@ -110,7 +111,7 @@ class ScriptHandle:
         """What it has written so far: the last lines of its stderr and stdout, each cut to
         its share of `limit` characters (default: the runtime's `text_limit`), under the
         headings its result's text uses. Once it has ended, its result's output."""
-        limit = self._text_limit if limit is None else limit
+        limit = output_limit(limit, self._text_limit)
         if self._result.done():
             result = self._result.result()
             return render_output(result.stdout, result.stderr, limit)

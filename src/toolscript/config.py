@@ -214,6 +214,18 @@ def positive_seconds(name: str, value: float | None, *, allow_none: bool = False
         raise ValueError(f"{name} must be a positive, finite number of seconds, not {value!r}")
 
 
+def output_limit(limit: object, default: int) -> int:
+    """The characters an `output(limit)` call may show: `default` for None; raises
+    `TypeError`/`ValueError` for anything but a whole number of at least 0."""
+    if limit is None:
+        return default
+    if type(limit) is not int:
+        raise TypeError(f"limit must be a whole number of characters or None, not {limit!r}")
+    if limit < 0:
+        raise ValueError(f"limit must be at least 0 characters, not {limit}")
+    return limit
+
+
 T = TypeVar("T")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .background import BackgroundScripts, ScriptHandle, check_before_running
-from .config import Settings, positive_seconds
+from .config import Settings, output_limit, positive_seconds
 from .host.calls import NotJournaled
 from .host.catalogue import ToolCatalogue
 from .host.checker import ScriptChecker
@@ -159,11 +159,11 @@ class Shell:
         """What the script running in the foreground has written so far ("" when none
         runs): the last lines of its stderr and stdout, each cut to its share of `limit`
         characters (default: the runtime's `text_limit`)."""
+        limit = output_limit(limit, self._services.settings.text_limit)
         interpreter = self._interpreter
         if self._running is None or interpreter is None:
             return ""
         stdout, stderr = interpreter.output_so_far()
-        limit = self._services.settings.text_limit if limit is None else limit
         return render_output(stdout, stderr, limit)
 
     async def start(

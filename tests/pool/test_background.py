@@ -224,6 +224,25 @@ async def test_a_running_background_scripts_output_so_far_is_its_last_lines(
 
 
 @pytest.mark.timeout(30)
+async def test_an_output_limit_that_is_not_a_count_of_characters_is_refused_clearly(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime()
+    shell = rt.shell("main")
+    handle = await shell.start("print('hi')", time_limit=20)
+    await asyncio.wait_for(handle.result(), 20)
+    for output in (handle.output, shell.output):
+        with pytest.raises(TypeError, match="limit must be a whole number of characters"):
+            output("300")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="limit must be a whole number of characters"):
+            output(2.5)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="limit must be at least 0 characters, not -1"):
+            output(-1)
+    assert handle.output(0) == handle.output(limit=0)
+    assert "hi" in handle.output()
+
+
+@pytest.mark.timeout(30)
 async def test_a_cancelled_background_scripts_note_keeps_no_variables(
     make_runtime: MakeRuntime, tmp_path: Path
 ) -> None:
