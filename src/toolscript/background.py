@@ -138,6 +138,8 @@ class ScriptHandle:
     def add_done_callback(self, callback: Callable[[ScriptResult], Any]) -> None:
         """Call `callback(result)` once when it ends (soon, if it has ended), as `on_done`
         is: for a script a restarted host took back, which nobody gave an `on_done`."""
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, not {callback!r}")
         self._on_done.append(callback)
         if self._result.done():
             asyncio.get_running_loop().call_soon(

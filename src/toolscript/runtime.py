@@ -488,6 +488,8 @@ class Runtime:
 
     def on_catalogue_change(self, listener: Callable[[], Any]) -> None:
         """Have `listener()` called after the tool catalogue changed (an MCP server's list)."""
+        if not callable(listener):
+            raise TypeError(f"listener must be callable, not {listener!r}")
         self._catalogue_listeners.append(listener)
 
     async def aclose(self) -> None:

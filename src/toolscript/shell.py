@@ -181,6 +181,8 @@ class Shell:
         foreground run. `on_done(result)` is called once when it ends, however it ends. One
         over the runtime's `max_background` is refused (the handle is done at once).
         """
+        if on_done is not None and not callable(on_done):
+            raise TypeError(f"on_done must be callable or None, not {on_done!r}")
         services = self._services
         services.check_open()
         limit, problem = self._check_request(code, time_limit)

@@ -243,6 +243,23 @@ async def test_an_output_limit_that_is_not_a_count_of_characters_is_refused_clea
 
 
 @pytest.mark.timeout(30)
+async def test_a_callback_that_cannot_be_called_is_refused_when_it_is_given(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime()
+    shell = rt.shell("main")
+    with pytest.raises(TypeError, match="on_done must be callable or None, not 5"):
+        await shell.start("1", on_done=5)  # type: ignore[arg-type]
+    assert rt.background == []  # nothing was started
+    handle = await shell.start("1", time_limit=20)
+    with pytest.raises(TypeError, match="callback must be callable, not 7"):
+        handle.add_done_callback(7)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="listener must be callable, not 'x'"):
+        rt.on_catalogue_change("x")  # type: ignore[arg-type]
+    assert (await asyncio.wait_for(handle.result(), 20)).status == "ok"
+
+
+@pytest.mark.timeout(30)
 async def test_a_cancelled_background_scripts_note_keeps_no_variables(
     make_runtime: MakeRuntime, tmp_path: Path
 ) -> None:
