@@ -522,6 +522,7 @@ def as_spec(item: Any) -> ToolSpec:
     """A tool given to a `Runtime` as its `ToolSpec`: a `ToolSpec`, a `@tool` function, or a
     plain function (made a tool here). Raises `TypeError` for anything else."""
     if isinstance(item, ToolSpec):
+        _check_built(item)
         return item
     spec = getattr(item, "spec", None)
     if isinstance(spec, ToolSpec):
@@ -530,3 +531,30 @@ def as_spec(item: Any) -> ToolSpec:
         made: ToolSpec = tool(item).spec
         return made
     raise TypeError(f"tools: {item!r} is not a tool, a ToolSpec or a function")
+
+
+def _check_built(spec: ToolSpec) -> None:
+    """Raise `TypeError`/`ValueError` naming the field for a hand-built `ToolSpec` that no
+    call could reach: each would otherwise fail only when the script called it."""
+    if not isinstance(spec.name, str) or not spec.name:
+        raise ValueError(f"tools: a ToolSpec's name must be a non-empty string, not {spec.name!r}")
+    if not callable(spec.handler):
+        raise TypeError(
+            f"tools: {spec.name!r}: handler must be an async function, not {spec.handler!r}"
+        )
+    schema = spec.input_schema
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        raise ValueError(
+            f"tools: {spec.name!r}: input_schema must be a JSON Schema of an object (the "
+            f"call's named arguments), not {schema!r}"[:500]
+        )
+    if spec.timeout is not None and (
+        isinstance(spec.timeout, bool)
+        or not isinstance(spec.timeout, int | float)
+        or not math.isfinite(spec.timeout)
+        or spec.timeout <= 0
+    ):
+        raise ValueError(
+            f"tools: {spec.name!r}: timeout must be a positive, finite number of seconds or "
+            f"None, not {spec.timeout!r}"
+        )

@@ -124,6 +124,10 @@ class ToolSpec:
             return ToolOutcome(arguments["a"] + arguments["b"])
 
         ToolSpec("add", "Add two numbers.", schema, add)
+
+    `Runtime(tools=[...])` refuses a spec no call could reach: an empty name, a handler that
+    cannot be called, an input schema that is not of an object, a timeout that is not a
+    positive number of seconds.
     """
 
     name: str
