@@ -185,6 +185,7 @@ class Shell:
             raise TypeError(f"on_done must be callable or None, not {on_done!r}")
         services = self._services
         services.check_open()
+        code = _without_bom(code)
         limit, problem = self._check_request(code, time_limit)
         return services.background.start(
             code,
@@ -224,6 +225,7 @@ class Shell:
         """
         self._services.check_open()
         script_id = f"{self.name}:{secrets.token_hex(5)}"
+        code = _without_bom(code)
         limit, problem = self._check_request(code, time_limit)
         if problem is None and self._running is not None:
             problem = (
@@ -527,3 +529,9 @@ class Shell:
         interpreter, self._interpreter = self._interpreter, None
         if interpreter is not None:
             await self._drop(interpreter, close=True)
+
+
+def _without_bom(code: str) -> str:
+    """`code` without the byte order mark a file saved as "UTF-8 with BOM" begins with, when
+    read as plain UTF-8: Python runs such a file, but refuses the mark in source text."""
+    return code[1:] if isinstance(code, str) and code.startswith("\ufeff") else code

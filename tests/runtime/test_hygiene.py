@@ -214,3 +214,35 @@ def test_python_given_as_a_path_is_taken() -> None:
 
     assert Settings(python=Path(sys.executable)).python == sys.executable  # type: ignore[arg-type]
     assert Runtime(python=Path(sys.executable)).python == sys.executable  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(20)
+async def test_a_script_sees_an_empty_command_line_as_in_an_interactive_interpreter(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The kernel's own arguments (its source folder, its settings) are not the script's: a
+    # script that parses its command line must find nothing there.
+    runtime = await make_runtime(pool_size=1)
+    code = (
+        "import argparse, sys\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--n', type=int, default=3)\n"
+        "print(sys.argv, parser.parse_args().n)\n"
+    )
+    for shell in ("fresh", "from-the-pool"):
+        result = await runtime.shell(shell).run(code)
+        assert result.status == "ok", result.text
+        assert result.stdout == "[''] 3\n"
+
+
+@pytest.mark.timeout(20)
+async def test_a_script_read_from_a_file_saved_with_a_byte_order_mark_runs(
+    runtime: Runtime,
+) -> None:
+    # Read as plain UTF-8, such a file begins with U+FEFF, which Python refuses in source text
+    # but skips in a file it runs itself.
+    result = await runtime.run("\ufeffprint('ran')\n6 * 7")
+    assert result.status == "ok", result.text
+    assert (result.stdout, result.value) == ("ran\n", "42")
+    started = await runtime.shell("background").start("\ufeff6 * 7")
+    assert (await started.result()).value == "42"

@@ -112,6 +112,10 @@ class Kernel:
         self.preload_failures: list[list[str]] = []
         """Modules of `preload` this kernel could not import (started afresh, not forked)."""
         forbid_asyncio_run()
+        # As in an interactive interpreter: the kernel's own command line (its source folder,
+        # its descriptor, its settings) is none of a script's business, and a script that
+        # parses `sys.argv` (argparse) would take it for arguments meant for it.
+        sys.argv = [""]
         self._pid = os.getpid()
         os.register_at_fork(after_in_child=self._in_forked_child)
 
