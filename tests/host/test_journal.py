@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -1078,6 +1079,37 @@ def test_a_limit_that_is_no_number_of_calls_is_refused_naming_it(
         pytest.raises(ValueError, match=r"^limit must be"),
     ):
         journal.calls(limit=limit)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("limit", [0, -1, "10", 1.5])
+def test_a_limit_that_is_no_number_of_scripts_is_refused_naming_it(
+    tmp_path: Path, limit: object
+) -> None:
+    # SQLite reads a negative LIMIT as none at all: -1 gave every script.
+    with (
+        Journal.open(tmp_path / "journal.sqlite3") as journal,
+        pytest.raises(ValueError, match=r"^limit must be a whole number of scripts"),
+    ):
+        journal.scripts(limit=limit)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        (lambda journal: journal.uncertain(shell=5), "shell must be a shell's name"),
+        (lambda journal: journal.scripts(shell=b"main"), "shell must be a shell's name"),
+        (lambda journal: journal.calls(uncertain="yes"), "uncertain must be True or False"),
+    ],
+    ids=["uncertain shell=5", "scripts shell=bytes", "calls uncertain='yes'"],
+)
+def test_a_query_of_the_wrong_kind_is_refused_not_answered_empty(
+    tmp_path: Path, query: Any, named: str
+) -> None:
+    with Journal.open(tmp_path / "journal.sqlite3") as journal:
+        journal.begin_script("s-1", "main", 1, "a()", NOW)
+        journal.record_calls([start("c-1")])
+        with pytest.raises(ValueError, match=named):
+            query(journal)
 
 
 def test_a_journal_made_from_a_path_says_to_open_it(tmp_path: Path) -> None:

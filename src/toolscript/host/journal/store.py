@@ -307,10 +307,10 @@ class Journal(_ServeRecords, _WriteBehind):
         unknown; `limit` keeps the most recent `limit` of them. Raises `ValueError` for a
         `limit` that is not a whole number of at least 1, or a `script_id` that is not text.
         """
-        if limit is not None and (type(limit) is not int or not 1 <= limit < 1 << 63):
-            raise ValueError(f"limit must be a whole number of calls, at least 1, not {limit!r}")
-        if script_id is not None and not isinstance(script_id, str):
-            raise ValueError(f"script_id must be a script's id (text), not {script_id!r}")
+        _check_limit(limit, "calls")
+        _check_text("script_id", script_id, "a script's id")
+        if type(uncertain) is not bool:
+            raise ValueError(f"uncertain must be True or False, not {uncertain!r}")
         conditions: list[str] = []
         parameters: list[object] = []
         if script_id is not None:
@@ -330,8 +330,9 @@ class Journal(_ServeRecords, _WriteBehind):
         """Calls whose effect is unknown, oldest first, optionally of one shell name.
 
         Pending when their script was settled and never answered since, or left in flight
-        by a host that is gone.
+        by a host that is gone. Raises `ValueError` for a `shell` that is not text.
         """
+        _check_text("shell", shell, "a shell's name")
         conditions = ["uncertain_reason IS NOT NULL"]
         parameters: list[object] = []
         if shell is not None:
@@ -405,7 +406,11 @@ class Journal(_ServeRecords, _WriteBehind):
                 )
 
     def scripts(self, shell: str | None = None, limit: int | None = None) -> list[JournalScript]:
-        """Scripts in the order they started, oldest first; `limit` keeps the most recent."""
+        """Scripts in the order they started, oldest first, optionally of one shell name;
+        `limit` keeps the most recent. Raises `ValueError` for a `limit` that is not a whole
+        number of at least 1, or a `shell` that is not text."""
+        _check_limit(limit, "scripts")
+        _check_text("shell", shell, "a shell's name")
         query = (
             "SELECT script_id, shell, generation, started_at, ended_at, status, violation "
             "FROM scripts"
@@ -558,3 +563,17 @@ def _storable(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def _check_limit(limit: object, what: str) -> None:
+    """Raise `ValueError` unless `limit` is None or a whole number of at least 1 (SQLite
+    takes a negative one as no limit at all)."""
+    if limit is not None and (type(limit) is not int or not 1 <= limit < 1 << 63):
+        raise ValueError(f"limit must be a whole number of {what}, at least 1, not {limit!r}")
+
+
+def _check_text(name: str, value: object, what: str) -> None:
+    """Raise `ValueError` unless `value` is None or text (anything else matches nothing, and
+    would read as an empty journal)."""
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{name} must be {what} (text), not {value!r}")
