@@ -74,3 +74,8 @@ def test_a_hand_built_spec_no_call_could_reach_is_refused_by_the_runtime_naming_
     )
     with pytest.raises(error, match=words):
         Runtime(tools=[spec])
+
+
+def test_a_hand_built_spec_whose_schema_allows_an_object_among_other_types_is_taken() -> None:
+    spec = ToolSpec("t", "A tool.", {"type": ["object", "null"], "properties": {}}, _answer)
+    Runtime(tools=[spec])  # taken: a call with named arguments can match it

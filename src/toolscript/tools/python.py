@@ -364,12 +364,7 @@ def tool(
     `ValueError` naming the option for a `timeout` that is not a positive number of seconds,
     or a `name` or `description` that is not a string.
     """
-    if timeout is not None and (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
+    if not _timeout_or_none(timeout):
         raise ValueError(
             f"tool: timeout must be a positive, finite number of seconds, not {timeout!r}"
         )
@@ -543,18 +538,24 @@ def _check_built(spec: ToolSpec) -> None:
             f"tools: {spec.name!r}: handler must be an async function, not {spec.handler!r}"
         )
     schema = spec.input_schema
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+    kind = schema.get("type", "object") if isinstance(schema, dict) else None
+    if kind != "object" and not (isinstance(kind, list) and "object" in kind):
         raise ValueError(
             f"tools: {spec.name!r}: input_schema must be a JSON Schema of an object (the "
             f"call's named arguments), not {schema!r}"[:500]
         )
-    if spec.timeout is not None and (
-        isinstance(spec.timeout, bool)
-        or not isinstance(spec.timeout, int | float)
-        or not math.isfinite(spec.timeout)
-        or spec.timeout <= 0
-    ):
+    if not _timeout_or_none(spec.timeout):
         raise ValueError(
             f"tools: {spec.name!r}: timeout must be a positive, finite number of seconds or "
             f"None, not {spec.timeout!r}"
         )
+
+
+def _timeout_or_none(timeout: object) -> bool:
+    """Whether `timeout` is None or a positive, finite number of seconds."""
+    return timeout is None or (
+        not isinstance(timeout, bool)
+        and isinstance(timeout, int | float)
+        and math.isfinite(timeout)
+        and timeout > 0
+    )
