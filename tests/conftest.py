@@ -177,3 +177,37 @@ async def transfer(amount: int = 0) -> str:
     """A tool with an effect."""
     transfers.append(amount)
     return "sent"
+
+
+def on_a_terminal(
+    command: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    stream: str = "stdout",
+    timeout: float = 30,
+) -> tuple[int, str]:
+    """Run `command` with its `stream` ("stdout" or "stderr") on a pseudo-terminal, the other
+    one discarded; its exit code, and what the terminal was shown."""
+    import pty
+    import subprocess
+
+    leader, follower = pty.openpty()
+    try:
+        where = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, stream: follower}
+        done = subprocess.run(
+            command,
+            stdout=where["stdout"],
+            stderr=where["stderr"],
+            timeout=timeout,
+            env=env,
+            cwd=cwd,
+        )
+        os.close(follower)
+        shown = b""
+        with contextlib.suppress(OSError):  # EIO once everything written was read
+            while chunk := os.read(leader, 65536):
+                shown += chunk
+    finally:
+        os.close(leader)
+    return done.returncode, shown.decode()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import on_a_terminal
 from toolscript import __file__ as PACKAGE
 from toolscript.cli import run
 
@@ -126,27 +127,12 @@ def a_journal_with_a_hostile_call(path: Path) -> None:
 
 
 def calls_on_a_terminal(path: Path) -> str:
-    import contextlib
-    import pty
-
-    leader, follower = pty.openpty()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "toolscript.cli", "calls", "--journal", str(path)],
-            stdout=follower,
-            stderr=subprocess.PIPE,
-            timeout=30,
-            env={**os.environ, "PYTHONPATH": SOURCE, "COLUMNS": "300"},
-        )
-        os.close(follower)
-        shown = b""
-        with contextlib.suppress(OSError):  # EIO once everything written was read
-            while chunk := os.read(leader, 65536):
-                shown += chunk
-    finally:
-        os.close(leader)
-    assert done.returncode == 0, done.stderr
-    return shown.decode()
+    code, shown = on_a_terminal(
+        [sys.executable, "-m", "toolscript.cli", "calls", "--journal", str(path)],
+        env={**os.environ, "PYTHONPATH": SOURCE, "COLUMNS": "300"},
+    )
+    assert code == 0, shown
+    return shown
 
 
 def test_calls_shows_tool_names_and_arguments_as_plain_text_never_as_markup(

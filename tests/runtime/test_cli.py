@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import toolscript
-from tests.conftest import wait_for_file
+from tests.conftest import on_a_terminal, wait_for_file
 
 SOURCE = str(Path(toolscript.__file__).resolve().parents[1])
 """The folder the toolscript under test is imported from, for the commands these tests start
@@ -170,29 +169,14 @@ clipboard (OSC 52), then fails."""
 
 @pytest.mark.timeout(40)
 def test_exec_on_a_terminal_shows_a_scripts_control_sequences_escaped(tmp_path: Path) -> None:
-    import pty
-
     script = tmp_path / "script.py"
     script.write_text(FORGED)
-    leader, follower = pty.openpty()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "toolscript.cli", "exec", str(script)],
-            stdout=follower,
-            stderr=subprocess.PIPE,
-            timeout=30,
-            env=environment(tmp_path),
-            cwd=tmp_path,
-        )
-        os.close(follower)
-        shown = b""
-        with contextlib.suppress(OSError):  # EIO once everything written was read
-            while chunk := os.read(leader, 65536):
-                shown += chunk
-    finally:
-        os.close(leader)
-    assert done.returncode == 1, done.stderr
-    text = shown.decode()
+    code, text = on_a_terminal(
+        [sys.executable, "-m", "toolscript.cli", "exec", str(script)],
+        env=environment(tmp_path),
+        cwd=tmp_path,
+    )
+    assert code == 1, text
     assert text.startswith("exit 1 · error"), text
     assert "\x1b" not in text and "\x07" not in text, text
     assert "\\x1b[1A\\x1b[2Kexit 0 · ok\\x1b]52;c;aGk=\\x07\\x0d" in text, text
@@ -211,8 +195,6 @@ def test_an_mcp_servers_failure_on_a_terminal_shows_its_control_sequences_escape
 ) -> None:
     # A server that fails to start is described with its last stderr lines: its words, which
     # the terminal must show, not obey.
-    import pty
-
     config = tmp_path / "mcp.json"
     hostile = "printf '\\033]52;c;aGk=\\007boom' >&2; exit 3"
     config.write_text(
@@ -222,25 +204,14 @@ def test_an_mcp_servers_failure_on_a_terminal_shows_its_control_sequences_escape
     arguments = ["--mcp-config", str(config)]
     if command == "exec":
         arguments = [str(tmp_path / "script.py"), *arguments]
-    leader, follower = pty.openpty()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "toolscript.cli", command, *arguments],
-            stdout=subprocess.DEVNULL,
-            stderr=follower,
-            timeout=50,
-            env=environment(tmp_path),
-            cwd=tmp_path,
-        )
-        os.close(follower)
-        shown = b""
-        with contextlib.suppress(OSError):  # EIO once everything written was read
-            while chunk := os.read(leader, 65536):
-                shown += chunk
-    finally:
-        os.close(leader)
-    text = shown.decode()
-    assert done.returncode == 0, text
+    code, text = on_a_terminal(
+        [sys.executable, "-m", "toolscript.cli", command, *arguments],
+        env=environment(tmp_path),
+        cwd=tmp_path,
+        stream="stderr",
+        timeout=50,
+    )
+    assert code == 0, text
     assert "did not start" in text, text
     assert "\x1b" not in text and "\x07" not in text, repr(text)
     assert "\\x1b]52;c;aGk=\\x07boom" in text, text
