@@ -348,7 +348,7 @@ def render_text(result: ScriptResult) -> str:
         sections.append(("value", result.value))
     shares = _share(room, [len(body) for _, body in sections])
     for (title, body), share in zip(sections, shares, strict=True):
-        cut = _cut_output if title in ("stdout", "stderr") else cut_middle
+        cut = _cut_output if title in ("stdout", "stderr") else _cut_kernel_cut
         parts.append(f"{title}:\n{cut(body, share)}")
     return "\n\n".join(parts) + "\n"
 
@@ -370,6 +370,24 @@ def _cut_output(body: str, limit: int) -> str:
     mark = f"{found.group(1)} bytes of output cut"
     if more:
         mark = f"{found.group(1)} bytes of output and {more:,} more characters cut"
+    return f"{head[:kept_head]}\n… {mark} …\n{tail[len(tail) - kept_tail :]}"
+
+
+_KERNEL_CUT = re.compile(r"\n… \[(.{1,40}?) was ([\d,]+) characters: ([\d,]+) are cut here\] …\n")
+
+
+def _cut_kernel_cut(body: str, limit: int) -> str:
+    """A value or an error cut to `limit` as `cut_middle` does; where the kernel already cut
+    its middle (`VALUE_KEPT`), the two cuts are one, and its mark states all that was cut."""
+    found = _KERNEL_CUT.search(body)
+    if found is None or len(body) <= limit:
+        return cut_middle(body, limit)
+    head, tail = body[: found.start()], body[found.end() :]
+    keep = max(limit, 2)
+    kept_head = min(keep // 2, len(head))
+    kept_tail = min(keep - kept_head, len(tail))
+    total = int(found.group(2).replace(",", ""))
+    mark = f"[{found.group(1)} was {total:,} characters: {total - kept_head - kept_tail:,} are cut here]"
     return f"{head[:kept_head]}\n… {mark} …\n{tail[len(tail) - kept_tail :]}"
 
 

@@ -166,3 +166,28 @@ async def test_a_call_cancelled_after_its_answer_arrived_but_before_its_code_too
     assert record.answer_brief == "'stamped'"
     line = call_line(result.text, "stamp", record.args_brief)
     assert "unread" in line and "the script cancelled it" in line and "'stamped'" in line
+
+
+@pytest.mark.timeout(30)
+async def test_a_call_made_and_read_after_the_stop_is_seen_though_the_script_is_then_killed(
+    runtime: Runtime,
+) -> None:
+    # The script catches the interrupt, makes one more call and reads its answer, then
+    # blocks until the kill. Its loop never runs again: the acknowledgement that it saw
+    # the answer must not wait for it.
+    code = (
+        "try:\n"
+        "    while True:\n"
+        "        pass\n"
+        "except KeyboardInterrupt:\n"
+        "    got = await fast(x=7)\n"
+        "    print(got, flush=True)\n"
+        "    import time\n"
+        "    time.sleep(60)\n"
+    )
+    result = await runtime.run(code, time_limit=0.5)
+    assert result.status == "time_limit", result.text
+    assert "killed" in result.note, result.note
+    assert "fast-7" in result.stdout
+    [record] = result.calls.records
+    assert (record.tool, record.fate) == ("fast", "seen"), record

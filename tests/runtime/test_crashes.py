@@ -119,6 +119,18 @@ async def test_one_large_allocation_over_the_memory_limit_is_a_crash_too(
     await assert_crashed_and_replaced(runtime, result, "out of memory")
 
 
+@pytest.mark.timeout(30)
+async def test_a_memory_error_the_script_raises_with_words_is_its_error_not_a_crash(
+    runtime: Runtime,
+) -> None:
+    await runtime.run("kept = 1")
+    result = await runtime.run("raise MemoryError('not really')")
+    assert result.status == "error", result.text
+    assert "out of memory" not in result.note and "MemoryError: not really" in result.text
+    after = await runtime.run("kept")
+    assert after.value == "1", after.text  # the interpreter and its state were kept
+
+
 @pytest.mark.timeout(20)
 async def test_a_crash_in_one_shell_leaves_the_other_shells_running(runtime: Runtime) -> None:
     other = runtime.shell("other")

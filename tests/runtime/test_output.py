@@ -318,3 +318,15 @@ async def test_a_sigint_the_script_sends_itself_is_its_own_error_not_a_cancel(
     assert result.status == "error", result.text
     assert "Cancelled by the caller" not in result.text
     assert "SIGINT" in (result.error or ""), result.text
+
+
+@pytest.mark.timeout(60)
+async def test_a_huge_value_is_said_cut_by_all_that_was_cut_in_the_text(runtime: Runtime) -> None:
+    # The kernel keeps a million characters of a 5,000,002-character repr; the text keeps
+    # far fewer. Its one mark says how much of the whole is not shown.
+    result = await runtime.run("'x' * 5_000_000")
+    shown = result.text.split("value:\n", 1)[1].count("x")
+    assert "[the value's repr was 5,000,002 characters: " in result.text, result.text[-500:]
+    said = result.text.split("characters: ")[1].split(" are cut here")[0]
+    assert int(said.replace(",", "")) == 5_000_002 - shown - 2  # the quotes are shown too
+    assert " characters cut …" not in result.text

@@ -194,8 +194,8 @@ async def test_cancelling_a_script_that_ignores_the_interrupt_kills_it_and_the_n
     generation = (await runtime.run("1")).generation
     result, elapsed = await start_and_cancel(
         runtime,
-        f"import pathlib\npathlib.Path({str(started)!r}).touch()\n"
-        "while True:\n    try:\n        while True:\n            pass\n"
+        f"import pathlib\nwhile True:\n    try:\n        pathlib.Path({str(started)!r}).touch()\n"
+        "        while True:\n            pass\n"
         "    except KeyboardInterrupt:\n        pass\n",
         started,
     )

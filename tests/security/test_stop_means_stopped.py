@@ -210,6 +210,38 @@ async def test_a_spinning_thread_makes_the_stop_replace_the_interpreter(
     assert "fresh interpreter" in after.note
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "start",
+    [
+        # Made with `_thread`: `threading` never hears of it.
+        "import _thread\n_thread.start_new_thread(spin, ())\n",
+        # A `Thread` that lies: it says it is not alive, and its `join` returns at once.
+        "import threading\n"
+        "class Liar(threading.Thread):\n"
+        "    def is_alive(self):\n"
+        "        return False\n"
+        "    def join(self, timeout=None):\n"
+        "        return None\n"
+        "Liar(target=spin, daemon=True).start()\n",
+    ],
+    ids=["_thread", "lying-thread"],
+)
+async def test_a_thread_threading_cannot_see_still_makes_the_stop_replace_the_interpreter(
+    make_runtime: MakeRuntime, start: str
+) -> None:
+    runtime = await make_runtime()
+    first = await runtime.run(
+        "def spin():\n    while True:\n        pass\n" + start + "while True:\n    pass\n",
+        time_limit=1,
+    )
+    assert first.status == "time_limit", first.text
+    assert "thread" in first.note and "state" in first.note, first.note
+    after = await runtime.run("spin")
+    assert after.status == "error"  # a fresh interpreter: the thread went with the old one
+    assert after.generation == first.generation + 1
+
+
 DISARM = (
     "import sys\n"
     "runner = next(m for n, m in sys.modules.items() if n.endswith('kernel.runner'))\n"

@@ -17,7 +17,14 @@ from typing import Any
 from ..kernel import wire
 from ..tools.binding import down_server_spellings, plans_for
 from ..tools.prompt import matching_plans, render_prompt
-from ..tools.spec import SourceGone, ToolFailure, ToolOutcome, ToolSpec
+from ..tools.spec import (
+    DataOutcome,
+    SourceGone,
+    ToolFailure,
+    ToolOutcome,
+    ToolSpec,
+    marks_content,
+)
 from ..tools.validation import ArgumentValidator
 
 
@@ -34,9 +41,13 @@ class Answer:
     kind: str
     value: Any = None
     message: str = ""
+    plain: bool = False
+    """A value to be taken as it is: what looks like a content block in it is data."""
 
     def to_frame(self, n: int) -> wire.AnswerFrame:
         if self.kind == "value":
+            if self.plain:
+                return {"t": "answer", "n": n, "ok": True, "value": self.value, "plain": True}
             return {"t": "answer", "n": n, "ok": True, "value": self.value}
         error = "ToolTimeout" if self.kind == "tool_timeout" else "ToolError"
         frame: wire.AnswerFrame = {
@@ -192,6 +203,10 @@ def answer_of(key: str, outcome: object) -> Answer:
         return Answer("error", message, message)
     if outcome.is_error:
         return Answer("error", outcome.value, str(outcome.value))
+    if type(outcome) is DataOutcome and marks_content(outcome.value):
+        # Data that looks like a content block (a tool's own `"$toolscript"` key): the
+        # kernel is told to take it as data, not to make an image or a link of it.
+        return Answer("value", outcome.value, plain=True)
     return Answer("value", outcome.value)
 
 

@@ -188,11 +188,15 @@ class CallTable:
         post: Callable[[bytes, str | None], None],
         script_id: Callable[[], str | None],
         wait_here: Callable[[asyncio.Future[Any]], None],
+        stopping: Callable[[], bool] = lambda: False,
+        write_now: Callable[[], None] = lambda: None,
     ) -> None:
         global _table
         _table = self
         self._loop = loop
         self._post = post
+        self._stopping = stopping
+        self._write_now = write_now
         self._script_id = script_id
         self._wait_here = wait_here
         self._numbers = itertools.count(1)
@@ -361,7 +365,7 @@ class CallTable:
             self.acknowledge_seen(n)
         if answer.get("ok"):
             value = answer.get("value")
-            return value if type(value) in _PLAIN else from_wire(value)
+            return value if type(value) in _PLAIN or "plain" in answer else from_wire(value)
         said = str(answer.get("message", "the tool reported an error"))
         if answer.get("error") == "ToolTimeout":
             raise ToolTimeout(said)
@@ -431,6 +435,13 @@ class CallTable:
             self._post(encode({"t": "ack", "acks": [ack]}), None)
 
     def _flush_acks_soon(self) -> None:
+        if self._stopping():
+            # Past the stop, the script may block its loop (a call it made after catching
+            # the interrupt, then `time.sleep`) until it is killed: a timer would never fire,
+            # and an answer the script saw would be journaled as never seen.
+            self.flush_acks()
+            self._write_now()
+            return
         if self._ack_timer is None:
             # Not at the end of this pass of the loop, but a moment later: the script's next
             # call (which carries them) or its end (which flushes them) usually comes first,

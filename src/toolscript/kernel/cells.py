@@ -155,7 +155,9 @@ def _ending(value: Any, error: BaseException | None, stop_reason: str | None) ->
             }
     else:
         report = {"status": "error", "error": format_exception(error)}
-        if issubclass(kind, MemoryError):
+        if issubclass(kind, MemoryError) and (kind is not MemoryError or not error.args):
+            # An allocation that failed: Python's own has no message, a library's (NumPy's
+            # `_ArrayMemoryError`) is a subclass. `raise MemoryError("...")` is the script's.
             report["memory"] = True
     return report
 

@@ -99,7 +99,14 @@ class Kernel:
             "ToolError": ToolError,
             "ToolTimeout": ToolTimeout,
         }
-        self.calls = CallTable(self.loop, self.post, self._current_script_id, self.wait_here)
+        self.calls = CallTable(
+            self.loop,
+            self.post,
+            self._current_script_id,
+            self.wait_here,
+            stopping=self._stop_reached,
+            write_now=self._flush,
+        )
         self.namespace["show"] = make_show(self.post, self._current_script_id)
         self._bound: dict[str, Any] = {}
         self._names = NameTeller()
@@ -481,6 +488,11 @@ class Kernel:
         if damage:
             self._give_up(damage)
         os._exit(0)  # the host closed the channel or died: end with it
+
+    def _stop_reached(self) -> bool:
+        """Whether a stop has reached the script running now."""
+        script = self._script
+        return script is not None and not script.finished and script.stop_reason is not None
 
     def _on_interrupt(self, signum: int, frame: types.FrameType | None) -> None:
         if self._giving_up:

@@ -25,6 +25,7 @@ import contextlib
 import os
 import selectors
 import signal
+import sys
 import threading
 import time
 import types
@@ -79,9 +80,32 @@ async def end_what_it_started(
     for thread in threading.enumerate():
         if thread is threading.main_thread():
             continue
-        thread.join(max(0.0, deadline - time.monotonic()))
-        left += thread.is_alive()
+        with contextlib.suppress(Exception):  # a `join` of the script's own may raise
+            thread.join(max(0.0, deadline - time.monotonic()))
+        left += bool(_alive(thread))
+    # What `threading` says is the script's word: a thread made with `_thread` is not
+    # listed, and a `Thread` of its own may say it ended. The interpreter's own list of
+    # the threads that run Python is not (a library's idle workers in C, OpenBLAS's say,
+    # are not in it, and do not cost the interpreter). A thread whose `join` returned may
+    # take a moment to leave it.
+    while (running := python_threads()) > 1:
+        if time.monotonic() >= deadline:
+            return max(left, running - 1)
+        time.sleep(0.001)
     return left
+
+
+def _alive(thread: threading.Thread) -> bool:
+    try:
+        return bool(thread.is_alive())
+    except Exception:
+        return True  # a thread that cannot say is taken for one that runs
+
+
+def python_threads() -> int:
+    """How many threads of this process run Python (the main one included), however they
+    were started: the interpreter's own list, not `threading`'s."""
+    return len(sys._current_frames())
 
 
 def _cancel_timers(loop: asyncio.AbstractEventLoop, calls: CallTable) -> None:
@@ -108,7 +132,7 @@ def nothing_left_running(loop: asyncio.AbstractEventLoop) -> bool:
         return False
     if any(not handle.cancelled() for handle in loop._scheduled):  # type: ignore[attr-defined]
         return False
-    if threading.active_count() > 1:
+    if threading.active_count() > 1 or python_threads() > 1:
         return False
     try:
         os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)

@@ -133,6 +133,7 @@ if TYPE_CHECKING:
         error: NotRequired[str]
         message: NotRequired[str]
         cause: NotRequired[str]
+        plain: NotRequired[bool]  # take `value` as it is: no content blocks in it
 
     class CheckFrame(TypedDict):
         """Does the code of the script that said `done` still run? Answer with `token`."""

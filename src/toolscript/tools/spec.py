@@ -57,6 +57,25 @@ class ToolOutcome(NamedTuple):
     is_error: bool = False
 
 
+class DataOutcome(ToolOutcome):
+    """A `ToolOutcome` whose value is data exactly as the tool gave it (a Python tool's
+    return value, an MCP tool's structured content): a dict in it that carries the key
+    `"$toolscript"` is data too, not a content block the kernel makes an object of. Equal to
+    the `ToolOutcome` of the same fields."""
+
+    __slots__ = ()
+
+
+def marks_content(value: Any) -> bool:
+    """Whether the kernel would take part of `value` for a content block: a dict carrying
+    `"$toolscript"`, alone or as an item of a list (the only places it looks)."""
+    if type(value) is dict:
+        return "$toolscript" in value
+    if type(value) is list:
+        return any(type(item) is dict and "$toolscript" in item for item in value)
+    return False
+
+
 Handler = Callable[[dict[str, Any]], Awaitable[ToolOutcome]]
 
 
