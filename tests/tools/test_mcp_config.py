@@ -83,7 +83,14 @@ def test_invalid_json_says_where(tmp_path: Path) -> None:
         ({"mcpServers": {"srv": "uvx"}}, "MCP server 'srv': its settings must be an object"),
         ({"mcpServers": {"srv": {}}}, "MCP server 'srv' has neither \"command\""),
         ({"mcpServers": {"srv": {"command": "x", "url": "http://h"}}}, 'both "command" and "url"'),
-        ({"mcpServers": {"srv": {"command": ""}}}, "'command' must be a non-empty string"),
+        (
+            {"mcpServers": {"srv": {"command": ""}}},
+            "'command' must be a non-empty string, not an empty string",
+        ),
+        (
+            {"mcpServers": {"srv": {"command": "x", "args": ["-v", 1]}}},
+            "'args' must be a list of strings, not a list holding a number",
+        ),
         (
             {"mcpServers": {"srv": {"command": 3}}},
             "'command' must be a non-empty string, not a number",

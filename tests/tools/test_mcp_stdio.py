@@ -183,3 +183,34 @@ async def test_an_unfinished_last_line_is_not_a_message_and_the_stream_ends() ->
     assert getattr(getattr(first, "message", None), "id", None) == 1
     with pytest.raises(anyio.EndOfStream):
         await output.receive()
+
+
+@pytest.mark.timeout(30)
+async def test_a_server_that_writes_no_messages_is_told_apart_from_its_own_stderr(
+    tmp_path: Path,
+) -> None:
+    # Its start failed as "did not start within 30 s. Its last stderr lines:" followed by
+    # the continuation lines of toolscript's own multi-line notes, and its stderr's control
+    # sequences went into the reason as they were.
+    junk = "echo 'this is not an MCP message'; printf '\\033[31mred alert\\033[0m\\n' >&2; sleep 30"
+    config = {"mcpServers": {"junk": {"command": "sh", "args": ["-c", junk]}}}
+    async with await MCPTools.open(config, tmp_path, startup_timeout=2) as tools:
+        reason = tools.failures["junk"]
+    assert "did not start within 2 s, and the connection reported 1 error(s)" in reason, reason
+    assert "must write only MCP messages on its stdout" in reason, reason
+    assert reason.endswith("Its last stderr lines:\n\\x1b[31mred alert\\x1b[0m"), reason
+    for line in (tmp_path / "junk.log").read_text().splitlines():
+        assert line.startswith("--- toolscript") or "red alert" in line, line
+
+
+@pytest.mark.timeout(30)
+async def test_a_server_whose_working_folder_is_missing_is_not_said_to_lack_its_command(
+    tmp_path: Path,
+) -> None:
+    # It said "the command was not found (/nonexistent)", of a command that exists.
+    missing = str(tmp_path / "nonexistent")
+    config = {"mcpServers": {"lost": {**server("demo_server.py"), "cwd": missing}}}
+    async with await MCPTools.open(config, tmp_path, startup_timeout=10) as tools:
+        reason = tools.failures["lost"]
+    assert f"its working folder (cwd) does not exist or is not a folder ({missing})" in reason
+    assert "command was not found" not in reason

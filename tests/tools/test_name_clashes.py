@@ -75,6 +75,20 @@ def test_a_renamed_server_never_takes_a_binding_that_is_already_there() -> None:
     assert "Its own name: 'now' on the MCP server 'time'." in plans[0]["doc"]
 
 
+def test_a_servers_tool_named_staticmethod_is_renamed_and_the_tools_after_it_keep_theirs() -> None:
+    # Its stub `async def staticmethod(...)` sat in the class before the other stubs, so
+    # their `@staticmethod` was the tool: the check saw methods taking `self`, and let a
+    # call with a wrong keyword through.
+    plans = plans_for([spec("staticmethod", "a"), spec("foo", "a")])
+    assert [plan["function"] for plan in plans] == ["staticmethod_", "foo"]
+    prompt = render_prompt(plans)
+    assert "async def staticmethod(" not in prompt
+    compile(prompt, "<stubs>", "exec")
+    namespace: dict[str, Any] = {}
+    exec(prompt, namespace)  # the stubs run: every method is still a static one
+    assert isinstance(namespace["a"].__dict__["foo"], staticmethod)
+
+
 def test_a_tool_whose_python_spelling_differs_names_its_own_name_and_server() -> None:
     (plan,) = plans_for([spec("get-forecast", "weather")])
     assert plan["function"] == "get_forecast"

@@ -77,6 +77,11 @@ ANNOTATION_NAMES = frozenset(
 )
 """Names the rendered annotations use; a tool spelled like one would shadow it in the stubs."""
 
+RESERVED_MEMBER = ANNOTATION_NAMES | {"staticmethod"}
+"""Names a server's tool may not take: its stub sits in a class whose every method is
+decorated `@staticmethod`, so a tool spelled so would shadow the decorator of every stub
+after it (each then a plain method taking `self`, for the check as well)."""
+
 RESERVED_TOP_LEVEL = ANNOTATION_NAMES | {"tools", "ToolError", "ToolTimeout", "show"}
 """Names a top-level tool or server may not take: the stubs and the kernel use them."""
 
@@ -213,7 +218,7 @@ class _TopLevelNames:
         )
         for server in servers:
             members = [i for i, spec in enumerate(specs) if spec.server == server]
-            member_spellings = spell_all([str(specs[i].name) for i in members], ANNOTATION_NAMES)
+            member_spellings = spell_all([str(specs[i].name) for i in members], RESERVED_MEMBER)
             self.functions.update(zip(members, member_spellings, strict=True))
         self.specs = specs
 

@@ -223,8 +223,9 @@ def _text(name: str, entry: Mapping[str, Any], key: str, *, required: bool) -> s
             )
         return None
     if not isinstance(value, str) or (required and not value):
+        said = "an empty string" if value == "" else _json_kind(value)
         raise MCPConfigError(
-            f"MCP server {name!r}: {key!r} must be a non-empty string, not {_json_kind(value)}.",
+            f"MCP server {name!r}: {key!r} must be a non-empty string, not {said}.",
             server=name,
             field=key,
         )
@@ -236,8 +237,13 @@ def _strings(name: str, entry: Mapping[str, Any], key: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        said = (
+            f"a list holding {_json_kind(next(i for i in value if not isinstance(i, str)))}"
+            if isinstance(value, list)
+            else _json_kind(value)
+        )
         raise MCPConfigError(
-            f"MCP server {name!r}: {key!r} must be a list of strings, not {_json_kind(value)}.",
+            f"MCP server {name!r}: {key!r} must be a list of strings, not {said}.",
             server=name,
             field=key,
         )

@@ -122,10 +122,17 @@ def source_gone(server: str, tool: str, *, closing: bool, log_path: Path) -> Sou
     )
 
 
-def failure_reason(exc: BaseException) -> str:
-    """A one-line reason for a failure, looking inside exception groups of one."""
+def failure_reason(exc: BaseException, cwd: str | None = None) -> str:
+    """A one-line reason for a failure, looking inside exception groups of one; `cwd` is
+    the server's working folder, if its config gives one."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    if (
+        cwd is not None
+        and isinstance(exc, FileNotFoundError | NotADirectoryError)
+        and (exc.filename == cwd)
+    ):
+        return f"its working folder (cwd) does not exist or is not a folder ({exc.filename})"
     if isinstance(exc, FileNotFoundError):
         return f"the command was not found ({exc.filename or exc})"
     if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:

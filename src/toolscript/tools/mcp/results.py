@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import binascii
 from typing import Any
 
 import mcp.types as types
 
-from ..spec import ToolOutcome
+from ..spec import DataOutcome, ToolOutcome
 
 __all__ = ["tool_outcome"]
 
@@ -29,10 +30,36 @@ def tool_outcome(result: types.CallToolResult, *, structured: bool = True) -> To
             value=text or "The tool reported an error without a message.", is_error=True
         )
     if result.structured_content is not None and (structured or not result.content):
-        return ToolOutcome(value=result.structured_content)
+        return DataOutcome(value=result.structured_content)
     if len(result.content) == 1 and isinstance(result.content[0], types.TextContent):
         return ToolOutcome(value=result.content[0].text)
+    bad = next((block for block in result.content if not _base64(block)), None)
+    if bad is not None:
+        # The kernel would leave such a block as the wire's dict, which is neither the
+        # object nor the text the stub promises: the answer is an error saying why.
+        return ToolOutcome(
+            value=f"the server answered with {bad.type} data that is not valid base64, so "
+            "the answer could not be read (the call did take place)",
+            is_error=True,
+        )
     return ToolOutcome(value=[_block(block) for block in result.content])
+
+
+def _base64(block: types.ContentBlock) -> bool:
+    """Whether `block`'s bytes, if it carries any, are valid base64."""
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        data: str = block.data
+    elif isinstance(block, types.EmbeddedResource) and isinstance(
+        block.resource, types.BlobResourceContents
+    ):
+        data = block.resource.blob
+    else:
+        return True
+    try:
+        binascii.a2b_base64(data, strict_mode=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
 
 def _block(block: types.ContentBlock) -> Any:

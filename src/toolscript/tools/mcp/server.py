@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -245,12 +246,13 @@ class MCPServer:
             await connection.close()
             raise ToolFailure(
                 f"MCP server {self.name!r} did not start within {self.startup_timeout:g} s"
-                f"{self._log.tail()}"
+                f"{self._connection_errors()}{self._log.tail()}"
             ) from None
         except Exception as exc:
             await connection.close()
             raise ToolFailure(
-                f"MCP server {self.name!r} could not start: {failure_reason(exc)}{self._log.tail()}"
+                f"MCP server {self.name!r} could not start: "
+                f"{failure_reason(exc, getattr(self.config, 'cwd', None))}{self._log.tail()}"
             ) from exc
         except BaseException:
             await connection.close()
@@ -258,11 +260,22 @@ class MCPServer:
         self._replace_tools(tools)
         return connection
 
+    def _connection_errors(self) -> str:
+        """What the connection reported since the current start, for a failure's words."""
+        log = self._log
+        if not log.errors or log.first_error is None:
+            return ""
+        first = _CONTROL.sub(_escaped, log.first_error.splitlines()[0][:200])
+        return (
+            f", and the connection reported {log.errors} error(s) meanwhile (a stdio server "
+            f"must write only MCP messages on its stdout); the first: {first}"
+        )
+
     # --- the tool list -------------------------------------------------------------------------
 
     async def _on_notification(self, message: types.ServerNotification | Exception) -> None:
         if isinstance(message, Exception):
-            self._log.write(f"the connection reported an error: {failure_reason(message)}")
+            self._log.connection_error(failure_reason(message))
         elif isinstance(message, types.ToolListChangedNotification) and not self._closed:
             task = asyncio.get_running_loop().create_task(self._relist())
             self._background.add(task)
@@ -295,6 +308,15 @@ class MCPServer:
                 logger.exception("on_change callback failed for MCP server %r", self.name)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Control characters but newline and tab: a server's stderr quoted in a result may not
+recolour or rewrite the terminal that shows it."""
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
 class ServerLog:
     """A server's log file: its stderr, with toolscript's own lines marked `--- toolscript`.
 
@@ -308,6 +330,9 @@ class ServerLog:
         self._file: TextIO | None = None
         self._closed = False
         self._start = 0
+        self.errors = 0
+        """How many errors the connection reported since the current start."""
+        self.first_error: str | None = None
 
     def open(self) -> TextIO:
         """The open file, opened for appending if it is not yet; a stdio server's stderr."""
@@ -322,13 +347,25 @@ class ServerLog:
             return
         try:
             log = self.open()
-            log.write(f"--- toolscript {time.strftime('%Y-%m-%d %H:%M:%S')}: {line}\n")
+            stamp = f"--- toolscript {time.strftime('%Y-%m-%d %H:%M:%S')}:"
+            # Every line of a message of several (a validation error's) is marked, so that
+            # `tail` never quotes toolscript's own words as the server's.
+            log.write("".join(f"{stamp} {part}\n" for part in line.splitlines() or [""]))
             log.flush()
         except OSError:
             logger.warning("cannot write the log of MCP server %r", self.server, exc_info=True)
 
+    def connection_error(self, reason: str) -> None:
+        """The connection reported an error (a line on a stdio server's stdout that is not
+        an MCP message, say): logged, and counted for the current start."""
+        self.write(f"the connection reported an error: {reason}")
+        self.errors += 1
+        if self.first_error is None:
+            self.first_error = reason
+
     def begin_start(self) -> None:
         """The server starts now: what it writes from here on is the current start's."""
+        self.errors, self.first_error = 0, None
         try:
             self._start = self.open().tell()
         except OSError:
@@ -344,7 +381,7 @@ class ServerLog:
         except OSError:
             return ""
         own = [line.rstrip() for line in text.splitlines() if not line.startswith("--- toolscript")]
-        tail = "\n".join(line for line in own[-lines:] if line)[-limit:]
+        tail = _CONTROL.sub(_escaped, "\n".join(line for line in own[-lines:] if line)[-limit:])
         return f". Its last stderr lines:\n{tail}" if tail else f". See {str(self.path)!r}."
 
     def close(self) -> None:

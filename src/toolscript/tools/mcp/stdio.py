@@ -27,8 +27,10 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import TextIO
 
@@ -68,9 +70,10 @@ async def stdio_streams(
     """Start the server of `config` (its stderr to `errlog`) and give the session its stdout
     as a stream of messages and its stdin as a stream to send messages on; stop it on exit,
     even when cancelled, within about 2 + 2 + 2 seconds."""
+    env = get_default_environment() | dict(config.env)
     process = await anyio.open_process(
-        [config.command, *config.args],
-        env=get_default_environment() | dict(config.env),
+        _dying_with_host([config.command, *config.args], env, config.cwd),
+        env=env,
         cwd=config.cwd,
         stderr=errlog,
         start_new_session=True,
@@ -84,6 +87,35 @@ async def stdio_streams(
         watch.cancel()
         with anyio.CancelScope(shield=True):
             await _stop(process)
+
+
+# Goal: a local server ends when its host does, however the host ends.
+# What fails: a host killed with SIGKILL runs no stop. Its pipes close, and a server that
+# reads its stdin sees the end and exits; one wedged in a call, or one that lives on after
+# its stdin closes, runs on, an orphan nobody will stop.
+# What we do: start it through util-linux's `setpriv --pdeathsig KILL`, which sets
+# `PR_SET_PDEATHSIG` and then execs the command in place (the same process, pid and return
+# code; `anyio.open_process` takes no `preexec_fn` to do it ourselves). The kernel kills the
+# server when the thread that started it (the event loop's) ends. Only the server itself:
+# what it started lives on as before, where nothing but its host would stop it. Without
+# `setpriv`, or when the command would not start, it is started as before, so that a
+# missing command fails as itself and not as `setpriv`'s exit code.
+_SETPRIV = shutil.which("setpriv") if sys.platform == "linux" else None
+
+
+def _dying_with_host(argv: list[str], env: Mapping[str, str], cwd: str | None) -> list[str]:
+    """`argv`, started so that the kernel kills it when its host dies, where it can be."""
+    command = argv[0]
+    if _SETPRIV is None:
+        return argv
+    if os.sep in command:  # as the child's exec finds it: from its working folder
+        found = os.path.join(cwd or os.getcwd(), command)
+        runnable = os.path.isfile(found) and os.access(found, os.X_OK)
+    else:
+        runnable = shutil.which(command, path=env.get("PATH", os.defpath)) is not None
+    if not runnable:
+        return argv
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
 
 
 class ServerOutput(MessageReader):
