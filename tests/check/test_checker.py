@@ -339,3 +339,26 @@ def test_the_check_parses_whole_while_a_finalizer_formats_a_traceback() -> None:
         script = checked.prepare(code, None)
         assert script.syntax_error is None
     assert checked.typed_dicts == frozenset({"Note"})
+
+
+@pytest.mark.timeout(60)
+async def test_a_wrong_keyword_is_found_on_a_servers_tool_after_one_named_staticmethod(
+    tmp_path: Path,
+) -> None:
+    # The tool's stub shadowed `@staticmethod` for every stub after it in the server's
+    # class, and the check let `a.foo(bogus=1)` through.
+    async def answer(arguments: dict[str, Any]) -> Any:
+        raise AssertionError("the check runs nothing")
+
+    schema = {"type": "object", "properties": {"x": {"type": "string"}}}
+    tools = [
+        ToolSpec(name=name, description=".", input_schema=schema, handler=answer, server="a")
+        for name in ("staticmethod", "foo")
+    ]
+    checker = ScriptChecker(tmp_path)
+    outcome = await checker.check(
+        ToolCatalogue(tools, None), "await a.foo(bogus=1)\n", frozenset(), None
+    )
+    assert outcome.ran and outcome.failure is None
+    assert [finding.line for finding in outcome.findings] == [1], outcome.findings
+    assert "bogus" in str(outcome.findings[0])

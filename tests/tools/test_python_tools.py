@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import contextvars
 import datetime
+import functools
 import inspect
 import io
 import threading
@@ -350,6 +351,64 @@ def test_a_return_typed_with_typing_typeddict_gives_its_keys_even_before_python_
     assert "-> Station | None:" in prompt, prompt
     assert "class Reading(TypedDict):" in prompt and "unit: Literal['C', 'F']" in prompt
     assert "name: NotRequired[str]" in prompt and "readings: NotRequired[list[Reading]]" in prompt
+
+
+class Point(typing.TypedDict):
+    x: int
+    label: typing.NotRequired[str]
+
+
+@tool
+async def plot(point: Point, more: list[Point] | None = None) -> str:
+    """Plot a point."""
+    return f"{point['x']} {point.get('label')} {len(more or [])}"
+
+
+async def test_a_parameter_typed_with_typing_typeddict_is_taken_and_checked() -> None:
+    # pydantic takes only typing_extensions' TypedDict before 3.12: the decorator raised
+    # pydantic's own error at import, for the natural import on 3.11.
+    schema = plot.spec.input_schema
+    assert jsonschema.Draft202012Validator(schema).is_valid({"point": {"x": 1}})
+    assert not jsonschema.Draft202012Validator(schema).is_valid({"point": {"label": "a"}})
+    prompt = render_prompt([plan_for(plot.spec)])
+    assert "class Point(TypedDict):" in prompt and "label: NotRequired[str]" in prompt, prompt
+    outcome = await plot.spec.handler({"point": {"x": 1, "label": "a"}, "more": [{"x": 2}]})
+    assert outcome == ToolOutcome(value="1 a 1")
+    refused = await plot.spec.handler({"point": {"x": "one"}})
+    assert refused.is_error, refused
+
+
+def scale(value: int, factor: int) -> int:
+    """Scale a value."""
+    return value * factor
+
+
+class Counter:
+    """Counts."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    async def __call__(self, by: int) -> int:
+        """Add `by` to the count."""
+        self.total += by
+        return self.total
+
+
+async def test_a_partial_and_a_callable_object_are_tools_described_by_their_function() -> None:
+    # Both raised AttributeError ('__name__'), and with a name given, "cannot be resolved".
+    doubled = tool(functools.partial(scale, factor=2))
+    counter = Counter()
+    counting = tool(counter)
+    assert doubled.spec.name == "scale" and doubled.spec.description == "Scale a value."
+    assert doubled.spec.input_schema["required"] == ["value"]
+    assert counting.spec.name == "Counter" and counting.is_async
+    assert counting.spec.description == "Add `by` to the count."
+    assert list(counting.spec.input_schema["properties"]) == ["by"]
+    assert await doubled.spec.handler({"value": 21}) == ToolOutcome(value=42)
+    assert await counting.spec.handler({"by": 2}) == ToolOutcome(value=2)
+    assert (await counting.spec.handler({"by": "two"})).is_error
+    assert counter.total == 2
 
 
 @pytest.mark.parametrize(

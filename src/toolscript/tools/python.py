@@ -47,6 +47,7 @@ import typing_extensions
 
 from toolscript.tools.spec import (
     CallContext,
+    DataOutcome,
     SourceGone,
     ToolAnnotations,
     ToolFailure,
@@ -178,9 +179,12 @@ class Tool(Generic[P, R]):
     def __init__(self, function: Callable[P, R], spec_options: dict[str, Any]) -> None:
         functools.update_wrapper(self, function)
         self.function = function
-        self.is_async = inspect.iscoroutinefunction(function)
+        described = _described(function)
+        self.is_async = inspect.iscoroutinefunction(function) or (
+            inspect.iscoroutinefunction(described)
+        )
         signature = inspect.signature(function)
-        name = spec_options.get("name") or function.__name__
+        name = spec_options.get("name") or _default_name(function)
         for parameter in signature.parameters.values():
             if parameter.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD and (
                 parameter.kind is not inspect.Parameter.KEYWORD_ONLY
@@ -191,11 +195,18 @@ class Tool(Generic[P, R]):
                     "cannot be part of one"
                 )
         try:
-            hints = typing.get_type_hints(function, include_extras=True)
+            hints = typing.get_type_hints(described, include_extras=True)
         except Exception as error:
             raise TypeError(
                 f"the type hints of the tool {name!r} cannot be resolved: {error}"
             ) from error
+        if described is not function:
+            # A partial's bound arguments, a callable object's `self`: not the tool's.
+            hints = {
+                key: hint
+                for key, hint in hints.items()
+                if key == "return" or key in signature.parameters
+            }
         # pydantic and docstring_parser load with the first tool, not with the package: a
         # command that runs no Python tool never pays for them.
         import docstring_parser
@@ -205,13 +216,21 @@ class Tool(Generic[P, R]):
             (key for key, hint in hints.items() if hint is CallContext and key != "return"), None
         )
         """The parameter that receives the call's `CallContext`, if the function has one."""
-        self.converters = {
-            parameter_name: TypeAdapter(hint)
-            for parameter_name, hint in hints.items()
-            if parameter_name not in ("return", self.context_parameter) and hint not in _PLAIN_JSON
-        }
-        docstring = docstring_parser.parse(inspect.getdoc(function) or "")
-        input_schema = _input_schema(function, name)
+        try:
+            self.converters = {
+                parameter_name: TypeAdapter(_pydantic_ready(hint))
+                for parameter_name, hint in hints.items()
+                if parameter_name not in ("return", self.context_parameter)
+                and hint not in _PLAIN_JSON
+            }
+        except Exception as error:
+            raise TypeError(
+                f"the parameters of the tool {name!r} cannot be checked: {_message(error)}"
+            ) from error
+        docstring = docstring_parser.parse(
+            inspect.getdoc(described) or inspect.getdoc(function) or ""
+        )
+        input_schema = _input_schema(_schema_ready(function, hints, name), name)
         properties = input_schema.get("properties", {})
         if self.context_parameter is not None:
             # The host fills it in; the script never passes it.
@@ -320,7 +339,7 @@ def _outcome(result: Any) -> ToolOutcome:
     from pydantic_core import to_jsonable_python
 
     try:
-        return ToolOutcome(value=to_jsonable_python(result))
+        return DataOutcome(value=to_jsonable_python(result))
     except Exception as error:
         return ToolOutcome(
             value=f"the tool's return value could not be turned into JSON data: {_message(error)}",
@@ -385,6 +404,55 @@ def tool(
         return Tool(function, options)
 
     return decorate if function is None else decorate(function)
+
+
+def _described(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The function whose annotations and docstring describe `function`: itself, a
+    partial's function, or a callable object's `__call__`."""
+    if isinstance(function, functools.partial):
+        return _described(function.func)
+    if inspect.isroutine(function) or isinstance(function, type):
+        return function
+    call = getattr(type(function), "__call__", None)  # noqa: B004 (the method, not callable())
+    return call if inspect.isroutine(call) else function
+
+
+def _default_name(function: Callable[..., Any]) -> str:
+    """A tool's name when none is given: the function's, a partial's function's, or a
+    callable object's class's."""
+    if isinstance(function, functools.partial):
+        return _default_name(function.func)
+    name = getattr(function, "__name__", None)
+    return name if isinstance(name, str) else type(function).__name__
+
+
+def _schema_ready(
+    function: Callable[..., Any], hints: dict[str, Any], name: str
+) -> Callable[..., Any]:
+    """`function`, or a stand-in with its signature whose parameters' annotations pydantic
+    takes (`_pydantic_ready`), for the input schema alone. A partial or a callable object
+    always gets one: pydantic reads a plain function's annotations only."""
+    ready = {key: _pydantic_ready(hint) for key, hint in hints.items() if key != "return"}
+    plain = inspect.isroutine(function) or isinstance(function, type)
+    if plain and all(ready[key] is hints[key] for key in ready):
+        return function
+    signature = inspect.signature(function)
+
+    def stand_in(**arguments: Any) -> None:
+        return None
+
+    stand_in.__name__ = name
+    stand_in.__qualname__ = name
+    stand_in.__module__ = getattr(function, "__module__", None) or __name__
+    stand_in.__annotations__ = ready
+    stand_in.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[
+            parameter.replace(annotation=ready.get(parameter.name, parameter.annotation))
+            for parameter in signature.parameters.values()
+        ],
+        return_annotation=inspect.Signature.empty,
+    )
+    return stand_in
 
 
 def _input_schema(function: Callable[..., Any], name: str) -> dict[str, Any]:
