@@ -19,9 +19,13 @@ if TYPE_CHECKING:
     from .config import Settings
     from .host.images import ScriptImage
     from .host.journal import Journal, JournalCall, JournalScript
+    from .host.journal.records import JournalFileError, JournalOpenError, JournalVersionError
+    from .host.keeper import KeeperError
+    from .host.sandbox import SandboxError
     from .results import CallRecord, CallReport, ScriptResult
     from .runtime import Runtime, RuntimeClosedError
     from .shell import Shell
+    from .tools.mcp.config import MCPConfigError
     from .tools.python import Tool, tool
     from .tools.spec import CallContext, ToolAnnotations, ToolOutcome, ToolSpec
 
@@ -33,9 +37,15 @@ _WHERE = {
     "CallReport": "results",
     "Journal": "host.journal",
     "JournalCall": "host.journal",
+    "JournalFileError": "host.journal.records",
+    "JournalOpenError": "host.journal.records",
     "JournalScript": "host.journal",
+    "JournalVersionError": "host.journal.records",
+    "KeeperError": "host.keeper",
+    "MCPConfigError": "tools.mcp.config",
     "Runtime": "runtime",
     "RuntimeClosedError": "runtime",
+    "SandboxError": "host.sandbox",
     "ScriptHandle": "background",
     "ScriptImage": "host.images",
     "ScriptResult": "results",
@@ -54,9 +64,15 @@ __all__ = [
     "CallReport",
     "Journal",
     "JournalCall",
+    "JournalFileError",
+    "JournalOpenError",
     "JournalScript",
+    "JournalVersionError",
+    "KeeperError",
+    "MCPConfigError",
     "Runtime",
     "RuntimeClosedError",
+    "SandboxError",
     "ScriptHandle",
     "ScriptImage",
     "ScriptResult",

@@ -10,6 +10,7 @@ same call report as a foreground run. The logs are kept for a while, not for eve
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import secrets
@@ -73,6 +74,28 @@ async def check_before_running(
     if checked.failure is not None:
         return None, [f"The check before running could not run: {checked.failure}."]
     return None, []
+
+
+def restart_words(keeper_stop: str | None, what: str = "script") -> str:
+    """What a result followed across a host's restart says of it, by what the keeper did
+    while no host was attached (`RunningScript.keeper_stop`); `what` names the script."""
+    if keeper_stop == "killed":
+        happened = (
+            "the keeper that held its interpreter stopped it at its time limit while no "
+            "host was attached, and killed the interpreter when it did not stop within "
+            "the grace period"
+        )
+    elif keeper_stop == "interrupted":
+        happened = (
+            "the interpreter was kept, and the keeper interrupted the script at its time "
+            "limit while no host was attached"
+        )
+    else:
+        happened = "the interpreter was kept, and the script went on"
+    return (
+        f"The host restarted while this {what} ran; {happened}. Output the script wrote "
+        "before the restart is missing where the host that ended had already read it."
+    )
 
 
 class ScriptHandle:
@@ -157,9 +180,22 @@ class ScriptHandle:
         try:
             outcome = callback(result)
             if asyncio.iscoroutine(outcome):
-                asyncio.get_running_loop().create_task(outcome)
+                task = asyncio.get_running_loop().create_task(outcome)
+                task.add_done_callback(self._on_done_ended)
         except Exception:
             _log.exception("toolscript: on_done of background script %s failed", self.id)
+
+    def _on_done_ended(self, task: asyncio.Task[Any]) -> None:
+        """An `async` on_done failing is said as a plain one's is, not left unretrieved."""
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            _log.error(
+                "toolscript: on_done of background script %s failed",
+                self.id,
+                exc_info=(type(error), error, error.__traceback__),
+            )
 
 
 class BackgroundScripts:
@@ -255,10 +291,7 @@ class BackgroundScripts:
                 outcome,
                 settings,
                 running.time_limit,
-                [
-                    "The host restarted while this background script ran; its interpreter "
-                    "was kept, and the script went on."
-                ],
+                [restart_words(running.keeper_stop, "background script")],
                 generation=interpreter.generation,
                 script_id=handle.id,
                 shell=shell,
@@ -334,13 +367,20 @@ class BackgroundScripts:
             if refusal is not None:
                 result = refuse(script_id, "", limit, note=refusal)
                 return
-            services.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = _log_path(services, script_id)
+            try:
+                services.log_dir.mkdir(parents=True, exist_ok=True)
+                log = open(log_path, "wb")  # noqa: SIM115 - closed in finally
+            except OSError as error:
+                reason = error.strerror or str(error)
+                result = refuse(
+                    script_id, f"its log file {str(log_path)!r} could not be made: {reason}", limit
+                )
+                return
             if time.monotonic() - self._pruned_at >= _PRUNE_EVERY:
                 self._pruned_at = time.monotonic()
                 busy = max(_STILL_WRITTEN, settings.max_time_limit + settings.grace + 60)
                 await asyncio.to_thread(prune_logs, services.log_dir, busy)
-            log_path = _log_path(services, script_id)
-            log = open(log_path, "wb")  # noqa: SIM115 - closed in finally
             handle.log_path = str(log_path)
             interpreter.log_to(log, settings.log_limit)
             services.check_open()
@@ -436,5 +476,14 @@ def prune_logs(folder: Path, busy: float, kept: int = LOGS_KEPT, days: float = L
     return removed
 
 
+_LONGEST_LOG_NAME = 200
+"""Bytes of a log file's name taken from its script's id (a file name holds 255)."""
+
+
 def _log_path(services: ShellServices, script_id: str) -> Path:
-    return services.log_dir / f"{script_id.replace(':', '_').replace('/', '_')}.log"
+    name = script_id.replace(":", "_").replace("/", "_")
+    if len(name.encode()) > _LONGEST_LOG_NAME:
+        # A long shell name: its start, then a digest of the whole id, which stays unique.
+        digest = hashlib.sha256(script_id.encode()).hexdigest()[:16]
+        name = f"{name.encode()[:100].decode(errors='ignore')}-{digest}"
+    return services.log_dir / f"{name}.log"

@@ -15,7 +15,9 @@ import hashlib
 import itertools
 import logging
 import os
+import re
 import shutil
+import sqlite3
 import sys
 import tempfile
 import weakref
@@ -58,6 +60,8 @@ TEMPLATE_RESTARTS = 3
 
 _LONGEST_FOLDER = 100
 """Bytes of a shell's name its folder's name keeps (a file name holds 255)."""
+_DIGESTED = re.compile(r"-[0-9a-f]{16}\Z")
+"""How the folder of a shell whose name was changed or cut ends."""
 
 
 class RuntimeClosedError(RuntimeError):
@@ -65,6 +69,9 @@ class RuntimeClosedError(RuntimeError):
 
 
 _DEFAULT = Settings()
+
+_LOST_KEPT = 1000
+"""The most scripts of hosts that are gone whose end `recovered()` gives (the newest)."""
 
 
 class Runtime:
@@ -179,6 +186,8 @@ class Runtime:
         self._shell_numbers = itertools.count(1)
         self._started = False
         self._start_lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop that started it
+        self._lost_results: dict[str, ScriptResult] = {}  # see `_conclude_lost`
         self._closed = False
         self._closed_all: asyncio.Event | None = None
         self.mcp_failures: dict[str, str] = {}
@@ -230,9 +239,20 @@ class Runtime:
     async def start(self) -> Runtime:
         """Open the journal and connect the MCP servers. `async with` calls this.
 
-        Idempotent, and safe to await from several tasks at once: the runtime starts once."""
+        Idempotent, and safe to await from several tasks at once: the runtime starts once.
+
+        Raises, each from `toolscript`: `JournalFileError` for a journal file that is not a
+        toolscript journal (`JournalOpenError`, a subclass, for one that cannot be opened or
+        made), `JournalVersionError` for one a newer toolscript wrote, `MCPConfigError` for
+        an MCP config that cannot be used, `SandboxError` with `sandbox="required"` where no
+        sandbox can be made, `KeeperError` with `keep_interpreters=True` when no keeper can
+        be found or started (another host is attached, say), and `RuntimeClosedError`
+        after `aclose()`. An MCP server that does not start is not an error here: every
+        result that touches it says so."""
+        self._check_loop()
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
+            self._loop = asyncio.get_running_loop()
         async with self._start_lock:
             if self._closed:
                 raise RuntimeClosedError("this runtime was closed; create a new one")
@@ -255,6 +275,15 @@ class Runtime:
         # A script's end is a record like any other: a host killed after a script ended
         # must not leave it journaled as never ended (one write per script, not per call).
         self._journal.durable_ends = True
+        if (
+            not self.keep_interpreters
+            and self._journal.path is not None
+            and not (base / "keeper.sock").exists()  # `host.keeper.SOCKET_NAME`
+        ):
+            # No keeper holds an interpreter here: a script a host that is gone left
+            # running ended with it (with a keeper, `_reattach` does this after taking back
+            # what the keeper held).
+            self._conclude_lost([], results=False)
         try:
             specs = list(self._tool_specs)
             if self._mcp_config is not None:
@@ -311,6 +340,12 @@ class Runtime:
             check_open=self._check_open,
             is_closed=lambda: self._closed,
             checker=self._checker,
+            lost_result=self._lost_results.get,
+            idle_shells=lambda: [
+                name
+                for name, shell in self._shells.items()
+                if shell.holds_interpreter and not shell.busy
+            ],
         )
         self._started = True
         if self.keep_interpreters:  # then the template is the keeper (`_start_keeper`)
@@ -342,9 +377,12 @@ class Runtime:
         the others (warm ones, a background script's that runs nothing)."""
         assert self._pool is not None and self._catalogue is not None
         assert self._journal is not None and self._services is not None
+        followed: list[str] = []
         for held in keeper.held:
             name = held.shell
             running = held.running(self.grace)
+            if running is not None:
+                followed.append(running.script_id)
             if name is None or (held.background and running is None):
                 keeper.kill(held.k)
                 continue
@@ -364,10 +402,48 @@ class Runtime:
             self._pool.count_live()
             if not held.background:
                 self.shell(name)._reattach(interpreter, running)
+        self._conclude_lost(followed)
         # Followed only now, after the last await of `start`: a background script that ended
         # while no host was attached is in `background` when `start` returns, so its caller
         # can ask to hear of its end (`ScriptHandle.add_done_callback`) before it is settled.
         self._background.follow_taken_back()
+
+    # Goal: every script a host began ends once, in the journal and for its shell. What
+    # fails: a script whose interpreter was gone when this host came (its keeper had died,
+    # or no host took it back within the reattach window): nothing followed it, so the
+    # journal kept it as still running forever, and `recovered()` said there was none.
+    # What we do: after taking back what the keeper held, every other script that a host
+    # that is gone began and never ended is ended as `host_gone`, and `recovered()` of its
+    # shell gives that end (the newest of each shell's, of the newest `_LOST_KEPT`). A
+    # runtime without a keeper ends them in the journal only (`results` false), and only
+    # where no keeper may still hold one.
+    def _conclude_lost(self, followed: list[str], results: bool = True) -> None:
+        assert self._journal is not None
+        try:
+            lost = self._journal.conclude_lost_scripts(followed)
+        except (OSError, sqlite3.Error) as error:
+            _log.warning(
+                "toolscript: the scripts of hosts that ended were not concluded: %s", error
+            )
+            return
+        for script in lost[-_LOST_KEPT:] if results else ():
+            if ":bg-" in script.script_id:  # a background script's (`BackgroundScripts.start`)
+                continue
+            self._lost_results[script.shell] = ScriptResult(
+                status="crashed",
+                note=(
+                    "The host that ran this script ended while it ran, and its interpreter "
+                    "was not kept for this host: the keeper that held it had ended, or no host "
+                    f"took it back within the reattach window ({self.reattach_window:g} s). "
+                    "How the script ended, its output and its variables are lost; calls it "
+                    "had in flight are in rt.journal.uncertain()."
+                ),
+                generation=script.generation,
+                script_id=script.script_id,
+                shell=script.shell,
+                duration=max(0.0, (script.ended_at or script.started_at) - script.started_at),
+                text_limit=self.settings.text_limit,
+            )
 
     async def _prepare_sandbox(self) -> None:
         """Make this runtime's sandbox, or say why there is none (refuse if it is required)."""
@@ -495,6 +571,7 @@ class Runtime:
     async def aclose(self) -> None:
         """Stop every interpreter, close the MCP servers and the journal. Bounded; idempotent:
         a call while another closes returns once that one has closed."""
+        self._check_loop()
         if self._closed:
             if self._closed_all is not None:
                 await self._closed_all.wait()
@@ -643,6 +720,28 @@ class Runtime:
                 "this runtime is not started: use `async with Runtime(...) as rt:` "
                 "or `await rt.start()`"
             )
+        self._check_loop()
+
+    # Goal: a runtime used from an event loop other than its own fails saying so. What
+    # fails: `asyncio.run(a())` then `asyncio.run(b())` with one runtime (a script or a
+    # notebook that calls `asyncio.run` twice): its locks, futures and pipes belong to the
+    # first loop, and asyncio's own words ("got Future attached to a different loop") name
+    # no cause. What we do: the loop that started it is its loop; any other is refused here.
+    def _check_loop(self) -> None:
+        if self._loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:  # called outside any loop (`shell()` is not a coroutine)
+            return
+        if running is not self._loop:
+            ended = "has ended" if self._loop.is_closed() else "is another"
+            raise RuntimeClosedError(
+                f"this runtime was started on another event loop, which {ended}: a runtime "
+                "belongs to the loop that started it (each `asyncio.run` makes a new one). "
+                "Use it and close it within one `asyncio.run`, or make a new runtime; the "
+                "interpreters of one left unclosed end when this process exits"
+            )
 
     def _launch(self) -> Launch:
         assert self._workdir is not None
@@ -711,9 +810,11 @@ class Runtime:
         name = shell.replace("/", "_").replace(os.sep, "_")
         if name.startswith("."):
             name = "_" + name  # never "." or "..": a folder of its own, under the runtime's
-        if name != shell or len(name.encode()) > _LONGEST_FOLDER:
+        if name != shell or len(name.encode()) > _LONGEST_FOLDER or _DIGESTED.search(name):
             # Two names must not share a folder ("a/b" and "a_b"), and a long one must fit
-            # a file name: the start of the name, then a digest of all of it.
+            # a file name: the start of the name, then a digest of all of it. A name that
+            # ends as such a folder's does is digested too, or "a/b" and "a_b-<its digest>"
+            # would meet.
             digest = hashlib.sha256(shell.encode()).hexdigest()[:16]
             start = name.encode()[:_LONGEST_FOLDER].decode(errors="ignore")
             name = f"{start}-{digest}"

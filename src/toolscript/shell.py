@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .background import BackgroundScripts, ScriptHandle, check_before_running
+from .background import BackgroundScripts, ScriptHandle, check_before_running, restart_words
 from .config import Settings, output_limit, positive_seconds
 from .host.calls import NotJournaled
 from .host.catalogue import ToolCatalogue
@@ -77,6 +77,11 @@ class ShellServices:
     """Whether the runtime was closed."""
     checker: ScriptChecker
     """The check before running, against the catalogue's stubs."""
+    lost_result: Callable[[str], ScriptResult | None]
+    """The result of the last script a host that is gone began in the shell of that name,
+    whose interpreter was not kept for this host (see `recovered`); None if there was none."""
+    idle_shells: Callable[[], list[str]]
+    """The names of the shells that hold an interpreter and run nothing in the foreground."""
 
 
 class Shell:
@@ -94,7 +99,9 @@ class Shell:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_ended = 0.0
         self._recovered: asyncio.Task[ScriptResult] | None = None
+        self._last_result: ScriptResult | None = None
         self._closes = 0
+        self._close_reason = SHELL_CLOSING
         """How many times `close` was called: a run that sees it change before its script
         began does not begin it."""
 
@@ -125,19 +132,21 @@ class Shell:
 
     async def recovered(self) -> ScriptResult | None:
         """The result of the script a host that is gone had started in this shell and a keeper
-        kept running, once it ends; None if there was none. Its end is journaled too."""
+        kept running, once it ends; None if there was none. Its end is journaled too.
+
+        A script that was running when its host ended, and whose interpreter was not kept
+        for this host (its keeper had ended, or no host took it back within the reattach
+        window), gives a `crashed` result saying so; the journal says `host_gone` of it."""
         if self._recovered is None:
-            return None
+            # A script whose interpreter no keeper held for this host: its end, as a crash.
+            return self._services.lost_result(self.name)
         return await asyncio.shield(self._recovered)
 
     async def _follow(self, interpreter: Interpreter, running: RunningScript) -> ScriptResult:
         started = time.monotonic()
         try:
             outcome = await interpreter.resume()
-            notes = [
-                "The host restarted while this script ran; the interpreter was kept, and "
-                "the script went on."
-            ]
+            notes = [restart_words(running.keeper_stop)]
             result = self._conclude(
                 running.script_id, interpreter, outcome, running.time_limit, started, notes
             )
@@ -149,6 +158,37 @@ class Shell:
             if self._ended is not None:
                 self._ended.set()
             self._arm_idle_timer()
+
+    def _idle_words(self) -> str:
+        """For a refusal at the cap: which shells hold an interpreter while running nothing,
+        since closing one frees its interpreter (a shell keeps its own between runs)."""
+        idle = [name for name in self._services.idle_shells() if name != self.name]
+        if not idle:
+            return ""
+        named = ", ".join(repr(name[:40]) for name in idle[:5])
+        if len(idle) > 5:
+            named += f" and {len(idle) - 5} more"
+        kept = (
+            "1 is kept by a shell that runs"
+            if len(idle) == 1
+            else f"{len(idle)} are kept by shells that run"
+        )
+        return (
+            f". Of those, {kept} nothing now ({named}): "
+            "`await rt.shell(name).close()` frees one (its variables are lost)"
+        )
+
+    @property
+    def holds_interpreter(self) -> bool:
+        """Whether this shell keeps an interpreter between its runs now."""
+        return self._interpreter is not None
+
+    @property
+    def last_result(self) -> ScriptResult | None:
+        """The result of the last script that ran in this shell's interpreter (in the
+        foreground), also of one whose `run` was cancelled, so that its caller never got it
+        (`status="cancelled"`, with every call's fate); None before the first."""
+        return self._last_result
 
     @property
     def busy(self) -> bool:
@@ -303,7 +343,7 @@ class Shell:
                 script_id, f"the interpreter could not start: {error.reason}", limit
             )
         except CapReached as error:
-            return self._refused(script_id, error.reason, limit)
+            return self._refused(script_id, error.reason + self._idle_words(), limit)
         if services.is_closed():
             # The runtime closed while this run got its interpreter: it is ended here, as
             # `close` would have ended it had it been the shell's then.
@@ -395,6 +435,7 @@ class Shell:
         # Not checked open: a run stopped by aclose() ends in the journal all the same.
         self._services.journal.end_script(script_id, result.status, time.time())
         interpreter.script_recorded()
+        self._last_result = result
         return result
 
     async def _interpreter_for_run(self) -> tuple[Interpreter, str | None]:
@@ -493,7 +534,7 @@ class Shell:
             journal.end_script(script_id, "cancelled", time.time())
         return ScriptResult(
             status="cancelled",
-            note="Cancelled by the caller (the shell was closed) before the script began: "
+            note=f"Cancelled by the caller ({self._close_reason}) before the script began: "
             "nothing ran.",
             generation=self.generation,
             script_id=script_id,
@@ -510,6 +551,7 @@ class Shell:
         the journal closes; one that has not begun yet is not begun.
         """
         self._closes += 1
+        self._close_reason = reason
         interpreter = self._interpreter
         if interpreter is not None and self._running is not None:
             await interpreter.stop(reason, self._services.settings.grace)

@@ -100,6 +100,9 @@ async def test_a_call_in_flight_when_the_host_was_killed_is_uncertain_and_told_o
         assert call.uncertain_reason == "host_gone"
         assert (call.answered_at, call.fate) == (None, None)
         assert call.script_id is not None and call.script_id.startswith("main:")
+        # Its script ended with its host: not left in the journal as running for ever.
+        [script] = [s for s in runtime.journal.scripts("main") if s.script_id == call.script_id]
+        assert (script.status, script.ended_at is not None) == ("host_gone", True), script
 
         other = await runtime.shell("other").run("1")
         assert "transfer" not in other.note, other.text

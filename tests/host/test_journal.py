@@ -697,19 +697,61 @@ def test_another_journal_of_the_same_process_is_a_live_host(tmp_path: Path) -> N
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process start times need /proc")
 def test_a_host_whose_pid_now_belongs_to_another_process_is_gone(tmp_path: Path) -> None:
     path = tmp_path / "journal.sqlite3"
-    earlier = Journal.open(path)
-    earlier.record_calls([start("c-1")])
-    # The earlier host had our pid, but its process started at another time: pid reuse.
+    with host_process(path) as process:
+        kill(process)
+    # The killed host had our pid, but its process started at another time: pid reuse.
     raw = sqlite3.connect(path)
     with raw:
-        raw.execute("UPDATE hosts SET process_start = '0' WHERE host_id = ?", (earlier.host_id,))
+        raw.execute("UPDATE hosts SET pid = ?, process_start = '0'", (os.getpid(),))
     raw.close()
 
     with Journal.open(path) as journal:
         assert [(c.call_id, c.uncertain_reason) for c in journal.uncertain()] == [
-            ("c-1", "host_gone")
+            ("c-in-flight", "host_gone"),
+            ("c-pending", "host_gone"),
         ]
-    earlier.close()
+
+
+def unused_pid() -> int:
+    """A pid no process here has: how a host in a sibling PID namespace looks from this one."""
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    for pid in range(pid_max - 1, 1, -1):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            continue
+    raise AssertionError("no unused pid")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(not Path("/proc/sys/kernel/pid_max").exists(), reason="pid_max needs /proc")
+def test_a_live_host_whose_pid_this_process_cannot_see_is_not_taken_for_gone(
+    tmp_path: Path,
+) -> None:
+    # A host in a sibling container shares the journal, the hostname and the boot, but its
+    # pid means nothing here (or names another process): only its lock says it lives.
+    path = tmp_path / "journal.sqlite3"
+    with host_process(path) as process:
+        raw = sqlite3.connect(path)
+        with raw:
+            raw.execute("UPDATE hosts SET pid = ?", (unused_pid(),))
+        raw.close()
+        with Journal.open(path) as journal:
+            reasons = {c.call_id: c.uncertain_reason for c in journal.uncertain()}
+            assert "host_gone" not in reasons.values(), reasons
+        raw = sqlite3.connect(path)
+        [(ended,)] = raw.execute("SELECT ended_at FROM hosts WHERE host_id = 1")
+        raw.close()
+        assert ended is None
+        kill(process)
+
+    with Journal.open(path) as journal:  # and once it has died, it is gone
+        assert [(c.call_id, c.uncertain_reason) for c in journal.uncertain()] == [
+            ("c-in-flight", "host_gone"),
+            ("c-pending", "host_gone"),
+        ]
 
 
 def test_a_call_settled_pending_and_answered_later_keeps_its_fate_and_leaves_the_uncertain_list(

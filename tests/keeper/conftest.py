@@ -316,12 +316,14 @@ def signal_file(hosts: Hosts, name: str) -> str:
 
 
 def interruptible(hosts: Hosts, body: str) -> str:
-    """Python for a script: make the file `started`, run `body` (a statement, its inner lines
-    indented by eight spaces), and make the file `stopped` if an interrupt ends it."""
+    """Python for a script: make the file `started` (inside the `try`, so an interrupt it invites
+    is always caught), run `body` (a statement, its inner lines indented by eight spaces), and
+    make the file `stopped` if an interrupt ends it."""
     stopped = hosts.shared / "stopped"
     return (
-        signal_file(hosts, "started")
-        + "try:\n    "
+        "try:\n    "
+        + signal_file(hosts, "started")
+        + "    "
         + body
         + f"except KeyboardInterrupt:\n    open({str(stopped)!r}, 'w').close()\n    raise\n"
     )

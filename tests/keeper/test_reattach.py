@@ -110,6 +110,38 @@ async def test_the_keeper_interrupts_a_script_past_its_time_limit_while_no_host_
         assert (after.status, after.value) == ("ok", "1"), after.text
 
 
+@pytest.mark.timeout(90)
+async def test_a_script_the_keeper_interrupted_is_given_the_rest_of_its_grace_and_no_second_interrupt(
+    hosts: Hosts,
+) -> None:
+    # The next host took the passed deadline as its own to enforce: it interrupted the
+    # script again (cutting short the clean-up the first interrupt began) and gave it a new
+    # grace period.
+    interrupts, cleaned = hosts.shared / "interrupts", hosts.shared / "cleaned"
+    code = (
+        "import time\n"
+        + "try:\n    "
+        + signal_file(hosts, "started")
+        + "    time.sleep(60)\n"
+        + "except KeyboardInterrupt:\n"
+        + f"    open({str(interrupts)!r}, 'a').write('i')\n"
+        + "    try:\n        time.sleep(2.5)\n"  # its clean-up, within the grace period
+        + "    except KeyboardInterrupt:\n"
+        + f"        open({str(interrupts)!r}, 'a').write('i')\n        raise\n"
+        + f"    open({str(cleaned)!r}, 'w').close()\n"
+        + "    raise\n"
+    )
+    await hosts.kill_when("started", code, 1.0, grace=6.0)
+    await wait_for_file(interrupts, WAIT)  # no host is attached: the keeper interrupted it
+
+    async with hosts.runtime() as rt:  # taken back during its clean-up
+        recovered = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+    assert recovered is not None and recovered.status == "time_limit", recovered.text
+    assert interrupts.read_text() == "i"
+    assert cleaned.exists(), "its clean-up was cut short"
+    assert "the keeper interrupted the script at its time limit" in recovered.note
+
+
 FORGED = {
     # Its own `done`: the keeper took one in the channel for the script's end, and never
     # stopped it while no host was attached.
@@ -179,7 +211,9 @@ async def test_the_keeper_kills_a_script_that_ignores_the_interrupt_after_the_gr
     async with hosts.runtime() as rt:
         recovered = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
         assert recovered is not None and recovered.status == "time_limit", recovered.text
-        assert recovered.interpreter_killed if hasattr(recovered, "interpreter_killed") else True
+        # Not "the interpreter was kept, and the script went on": the keeper killed it.
+        assert "killed the interpreter when it did not stop" in recovered.note, recovered.note
+        assert "the script went on" not in recovered.note
         after = await rt.shell("main").run("'x' in globals()")
         assert (after.status, after.value) == ("ok", "False"), after.text
         assert "fresh interpreter" in after.note
@@ -209,6 +243,31 @@ async def test_the_keeper_ends_interpreters_no_host_takes_back_in_the_window_and
         assert "fresh interpreter" not in again.note, again.note
         other = await rt.shell("never-ran").run("1")
         assert "fresh interpreter" not in other.note, other.note
+
+
+@pytest.mark.timeout(60)
+async def test_a_script_whose_interpreter_was_not_kept_ends_once_as_crashed_saying_why(
+    hosts: Hosts,
+) -> None:
+    # Nothing followed it: the journal kept it as running forever, and `recovered()` said
+    # there had been no script.
+    code = signal_file(hosts, "started") + "import time\ntime.sleep(60)\n"
+    host = await hosts.kill_when("started", code, 30, reattach_window=1.0)
+    kernel = host.kernels["main"]
+    await eventually(lambda: is_gone(kernel), WAIT, "the interpreter outlived the window")
+    await eventually(lambda: not hosts.keeper(), WAIT, "the keeper did not exit")
+
+    async with hosts.runtime() as rt:
+        recovered = await rt.shell("main").recovered()
+        assert recovered is not None and recovered.status == "crashed", recovered
+        assert "was not kept for this host" in recovered.note, recovered.note
+        assert "reattach window" in recovered.note, recovered.note
+        [lost] = [s for s in rt.journal.scripts("main") if s.script_id == recovered.script_id]
+        assert lost.status == "host_gone" and lost.ended_at is not None, lost
+        assert await rt.shell("never-ran").recovered() is None
+    async with hosts.runtime() as rt:  # concluded once: the next host has nothing to say
+        assert await rt.shell("main").recovered() is None
+        assert [s.status for s in rt.journal.scripts("main")].count(None) == 0
 
 
 @pytest.mark.timeout(60)

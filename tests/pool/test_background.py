@@ -346,8 +346,9 @@ async def test_a_second_cancel_does_not_cut_short_the_clean_up_after_the_first(
     rt = await make_runtime(grace=5)
     started, interrupted = tmp_path / "started", tmp_path / "interrupted"
     code = (
-        f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('')\n"
-        "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n"
+        # the marker is made inside the try, so the interrupt it invites is always caught
+        f"import pathlib, time\ntry:\n    pathlib.Path({str(started)!r}).write_text('')\n"
+        "    time.sleep(30)\nexcept KeyboardInterrupt:\n"
         f"    pathlib.Path({str(interrupted)!r}).write_text('')\n"
         "    time.sleep(1)\n    print('cleaned up', flush=True)\n    raise\n"
     )
@@ -361,3 +362,60 @@ async def test_a_second_cancel_does_not_cut_short_the_clean_up_after_the_first(
     assert result.stdout == "cleaned up\n"
     # The stop is the first one's: its reason is the one said.
     assert "the first reason" in result.note and "second" not in result.note, result.note
+
+
+@pytest.mark.timeout(60)
+async def test_a_background_script_of_a_shell_with_a_long_name_runs_and_logs(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The log file is named after the script's id, which holds the shell's name: 250
+    # characters of it made a file name too long, and the start failed as "abandoned".
+    runtime = await make_runtime()
+    handle = await runtime.shell("n" * 250).start("print('hi')\n6 * 7")
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert (result.status, result.value) == ("ok", "42"), result.text
+    assert result.log_path is not None and "hi" in Path(result.log_path).read_text()
+
+
+@pytest.mark.timeout(60)
+async def test_a_background_log_that_cannot_be_written_refuses_the_script_saying_why(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    runtime = await make_runtime(state_dir=tmp_path / "state")
+    logs = tmp_path / "state" / "logs" / "background"
+    logs.parent.mkdir(parents=True, exist_ok=True)
+    logs.write_text("a file where the folder goes")
+    handle = await runtime.shell("main").start("6 * 7")
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "refused", result.text
+    assert "log" in result.note and "abandoned" not in result.note, result.note
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["plain", "async"])
+async def test_an_on_done_that_raises_is_logged_as_failed_whether_plain_or_async(
+    make_runtime: MakeRuntime, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    called = asyncio.Event()
+
+    def plain(result: ScriptResult) -> None:
+        called.set()
+        raise RuntimeError("the callback broke")
+
+    async def in_a_task(result: ScriptResult) -> None:
+        called.set()
+        raise RuntimeError("the callback broke")
+
+    runtime = await make_runtime()
+    handle = await runtime.shell("main").start(
+        "6 * 7", on_done=plain if kind == "plain" else in_a_task
+    )
+    await asyncio.wait_for(handle.result(), 30)
+    await asyncio.wait_for(called.wait(), 10)
+    await eventually(
+        lambda: any("on_done of background script" in r.getMessage() for r in caplog.records),
+        10,
+        "the failing on_done was not logged",
+    )
+    [record] = [r for r in caplog.records if "on_done of background script" in r.getMessage()]
+    assert record.exc_info is not None and "the callback broke" in str(record.exc_info[1])

@@ -164,6 +164,9 @@ async def test_a_run_over_the_interpreter_cap_waits_its_turn_then_is_refused_wit
     waited = time.monotonic() - started
     assert refused.status == "refused"
     assert "all 1 interpreters this runtime allows are in use" in refused.note
+    # The one in use is only kept by a shell that runs nothing: the note says how to free it.
+    assert "Of those, 1 is kept by a shell that runs nothing now ('a')" in refused.note
+    assert "await rt.shell(name).close()" in refused.note
     assert 0.4 < waited < 5
     # Once the first shell lets go, the next in line gets through.
     await rt.shell("a").close()

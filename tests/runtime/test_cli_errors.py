@@ -67,6 +67,15 @@ def test_a_missing_mcp_config_is_one_line(folder: Path) -> None:
     assert_one_line(done, "--mcp-config", "absent.json", "does not exist")
 
 
+def test_an_mcp_config_or_journal_that_is_not_a_regular_file_says_so(folder: Path) -> None:
+    done = toolscript("exec", "script.py", "--mcp-config", os.devnull, cwd=folder)
+    assert_one_line(done, "--mcp-config", os.devnull, "is not a regular file")
+    done = toolscript("calls", "--journal", os.devnull, cwd=folder)
+    assert_one_line(done, "--journal", os.devnull, "is not a regular file")
+    done = toolscript("exec", "script.py", "--mcp-config", str(folder), cwd=folder)
+    assert_one_line(done, "--mcp-config", "is a folder")
+
+
 def test_an_mcp_config_that_is_not_json_is_one_line_with_where(folder: Path) -> None:
     (folder / "mcp.json").write_text('{"mcpServers": {')
     done = toolscript("exec", "script.py", "--mcp-config", "mcp.json", cwd=folder)
@@ -164,6 +173,11 @@ def test_the_agent_without_a_task_says_to_give_one(folder: Path) -> None:
 def test_the_agent_with_a_model_of_no_provider_is_one_line(folder: Path) -> None:
     done = toolscript("agent", "hi", "--model", "gpt-5", cwd=folder)
     assert_one_line(done, "--model", "anthropic:MODEL or openai:MODEL")
+
+
+def test_the_agent_with_a_base_url_that_is_not_a_url_is_one_line(folder: Path) -> None:
+    done = toolscript("agent", "hi", "--model", "openai:m", "--base-url", "notaurl", cwd=folder)
+    assert_one_line(done, "--base-url", "expected an http(s) URL", "'notaurl'")
 
 
 def test_help_shows_defaults_and_plain_argument_names(folder: Path) -> None:
@@ -354,3 +368,20 @@ def test_serve_http_on_an_address_it_cannot_have_writes_no_token_file(folder: Pa
         )
     assert_one_line(done, "--http", "cannot listen")
     assert not token.exists()
+
+
+def test_calls_of_an_unknown_script_or_an_empty_journal_path_is_one_line(folder: Path) -> None:
+    # `--script nosuch` printed "0 call(s)" with exit 0, as for a script that made no call;
+    # `--journal ''` said " is a folder".
+    from toolscript import Journal
+
+    path = folder / "journal.sqlite3"
+    journal = Journal.open(path)
+    journal.begin_script("main:quiet", "main", 1, "1", 1.0)
+    journal.end_script("main:quiet", "ok", 2.0)
+    journal.close()
+    done = toolscript("calls", "--journal", str(path), "--script", "nosuch", cwd=folder)
+    assert_one_line(done, "--script", "no script 'nosuch'")
+    quiet = toolscript("calls", "--journal", str(path), "--script", "main:quiet", cwd=folder)
+    assert quiet.returncode == 0 and "0 call(s)" in quiet.stdout, quiet.stderr
+    assert_one_line(toolscript("calls", "--journal", "", cwd=folder), "--journal", "empty path")

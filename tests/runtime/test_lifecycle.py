@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.conftest import MakeRuntime, eventually, is_gone, wait_for_file
+from tests.conftest import SANDBOX, MakeRuntime, eventually, is_gone, wait_for_file
 from toolscript import Runtime
 
 from .conftest import kernel_pid
@@ -309,3 +311,74 @@ async def test_an_aclose_made_while_the_runtime_starts_leaves_nothing_running(
     with pytest.raises(Exception, match="closed"):
         await starting
     await closed_all(others, before)
+
+
+SECOND_LOOP = """
+import asyncio, sys
+from toolscript import Runtime, RuntimeClosedError
+
+runtime = Runtime(journal=":memory:", pool_size=0, sandbox=sys.argv[1])
+
+async def first():
+    await runtime.start()
+    print("first:", (await runtime.run("1 + 1")).value, flush=True)
+
+async def second():
+    for use in (lambda: runtime.run("2"), runtime.start, runtime.aclose):
+        try:
+            await use()
+        except RuntimeClosedError as error:
+            print("refused:", error, flush=True)
+
+asyncio.run(first())
+asyncio.run(second())
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_runtime_used_from_a_second_asyncio_run_says_it_belongs_to_the_first(
+    tmp_path: Path,
+) -> None:
+    # Its locks, futures and pipes are the first loop's: asyncio's own error named no cause.
+    # In a process of its own, which ends what the unclosed runtime left.
+    done = subprocess.run(
+        [sys.executable, "-c", SECOND_LOOP, SANDBOX],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        cwd=tmp_path,
+        env={**os.environ, "TOOLSCRIPT_STATE": str(tmp_path / "state")},
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "first: 2", done.stdout + done.stderr
+    assert len(lines) == 4, done.stdout + done.stderr
+    for line in lines[1:]:
+        assert "started on another event loop, which has ended" in line, line
+
+
+def test_every_public_name_resolves_and_the_start_errors_are_exceptions() -> None:
+    import toolscript
+
+    for name in toolscript.__all__:
+        assert getattr(toolscript, name) is not None, name
+    for name in ("JournalFileError", "JournalVersionError", "KeeperError", "MCPConfigError"):
+        assert issubclass(getattr(toolscript, name), Exception), name
+    assert issubclass(toolscript.JournalOpenError, toolscript.JournalFileError)
+    assert issubclass(toolscript.SandboxError, Exception)
+
+
+@pytest.mark.timeout(30)
+async def test_a_runtime_that_cannot_start_raises_the_public_error_saying_why(
+    tmp_path: Path,
+) -> None:
+    import toolscript
+
+    not_a_journal = tmp_path / "journal.db"
+    not_a_journal.write_text("hello")
+    with pytest.raises(toolscript.JournalFileError, match="is not a toolscript journal"):
+        await Runtime(journal=not_a_journal, pool_size=0).start()
+    with pytest.raises(toolscript.JournalOpenError, match="it is a folder"):
+        await Runtime(journal=tmp_path, pool_size=0).start()
+    bad_config = {"mcpServers": {"notes": {"args": []}}}
+    with pytest.raises(toolscript.MCPConfigError, match="'notes'"):
+        await Runtime(mcp_config=bad_config, journal=":memory:", pool_size=0).start()

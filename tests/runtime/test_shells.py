@@ -358,3 +358,67 @@ async def test_a_shell_closed_while_its_interpreter_starts_keeps_none(
     assert result.status == "cancelled" and "nothing ran" in result.note, result.text
     assert shell._interpreter is None
     assert runtime._pool is not None and runtime._pool._live == 0
+
+
+@pytest.mark.timeout(60)
+async def test_no_two_shell_names_share_a_folder(runtime: Runtime) -> None:
+    # "a/b" becomes "a_b" and a digest of "a/b"; a name that is already of that form, or
+    # the name "a_b" itself, must not land on the same folder (nor see its files).
+    import hashlib
+
+    digested = "a_b-" + hashlib.sha256(b"a/b").hexdigest()[:16]
+    names = ["a/b", "a_b", digested, digested + "x", "..", "_..", "x" * 300, "x" * 301]
+    folders = {}
+    for name in names:
+        result = await runtime.shell(name).run(
+            f"import os\nopen('mine', 'w').write({name!r})\nos.getcwd()"
+        )
+        assert result.status == "ok", result.text
+        folders[name] = result.value
+    assert len(set(folders.values())) == len(names), folders
+    for name in names:
+        seen = await runtime.shell(name).run("open('mine').read()")
+        assert seen.value == repr(name), (name, seen.value)
+
+
+@pytest.mark.timeout(30)
+async def test_last_result_keeps_the_result_of_a_run_whose_caller_was_cancelled(
+    make_runtime: MakeRuntime,
+) -> None:
+    entered = asyncio.Event()
+
+    @tool
+    async def hold() -> str:
+        """Wait until cancelled."""
+        entered.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    runtime = await make_runtime(tools=[hold])
+    shell = runtime.shell("main")
+    assert shell.last_result is None
+    first = await shell.run("1 + 1")
+    assert shell.last_result is first
+    waiting = asyncio.create_task(shell.run("await hold()"))
+    await asyncio.wait_for(entered.wait(), 15)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    kept = shell.last_result
+    assert kept is not None and kept is not first
+    assert kept.status == "cancelled", kept.text
+    assert kept.calls.by_fate == {"pending": 1}
+    assert [c.tool for c in runtime.journal.calls(script_id=kept.script_id)] == ["hold"]
+
+
+@pytest.mark.timeout(30)
+async def test_a_run_closed_before_it_began_is_cancelled_giving_the_close_reason(
+    runtime: Runtime,
+) -> None:
+    shell = runtime.shell("closing")
+    waiting = asyncio.ensure_future(shell.run("import time\ntime.sleep(5)"))
+    await asyncio.sleep(0)  # the run is under way, its interpreter not yet had
+    await shell.close("closing now")
+    result = await asyncio.wait_for(waiting, 20)
+    assert result.status == "cancelled", result.text
+    assert "(closing now)" in result.note, result.note

@@ -11,7 +11,7 @@ from .terminal import for_terminal
 
 if TYPE_CHECKING:
     from ..host.journal import JournalCall
-from .options import UsageError
+from .options import UsageError, not_a_file
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,14 +45,21 @@ def calls_command(args: argparse.Namespace) -> int:
             "--journal: ':memory:' lives only inside the process that opened it; "
             "there is none here to read (give the journal's file)"
         )
+    if args.journal == "":
+        raise UsageError("--journal: an empty path; give the journal's file")
     if args.journal is not None and not Path(args.journal).is_file():
         # A command that reads must not make a journal where a mistyped path points.
-        what = "is a folder" if Path(args.journal).is_dir() else "does not exist"
-        raise UsageError(f"--journal: {args.journal} {what}")
+        raise UsageError(f"--journal: {args.journal} {not_a_file(Path(args.journal))}")
     store = Journal.open(args.journal)
     try:
         # The newest `--limit` only, chosen by the query: a journal may hold millions.
         records = store.calls(script_id=args.script, uncertain=args.uncertain, limit=args.limit)
+        if args.script is not None and not records and not store.has_script(args.script):
+            # Not the same as a script that made no call: said, not shown as "0 call(s)".
+            raise UsageError(
+                f"--script: the journal has no script {args.script[:200]!r} "
+                "(`toolscript calls` shows the ids of the scripts that made calls)"
+            )
     finally:
         store.close()
     if args.as_json:

@@ -165,6 +165,15 @@ def load_tools(references: list[str] | None) -> list[Any]:
         raise UsageError(f"--tools: {error}") from None
 
 
+def not_a_file(path: Path) -> str:
+    """What `path`, which is not a regular file, is instead, for a usage error."""
+    if path.is_dir():
+        return "is a folder"
+    if path.exists():
+        return "is not a regular file"
+    return "does not exist"
+
+
 def mcp_config(path: str | None) -> Path | None:
     """The `--mcp-config` file, read and checked now: a missing file or a config that cannot be
     used is a usage error naming what is wrong, before anything starts."""
@@ -172,8 +181,7 @@ def mcp_config(path: str | None) -> Path | None:
         return None
     found = Path(path)
     if not found.is_file():
-        what = "is a folder" if found.is_dir() else "does not exist"
-        raise UsageError(f"--mcp-config: {path} {what}")
+        raise UsageError(f"--mcp-config: {path} {not_a_file(found)}")
     from ..tools.mcp.config import MCPConfigError, load_mcp_config
 
     try:

@@ -568,6 +568,13 @@ class Interpreter:
         self._resuming = None
         stop_reason = "time_limit" if running.keeper_stop is not None else None
         left = running.deadline - time.time()
+        if running.keeper_stop == "interrupted":
+            # The keeper interrupted it at its deadline, and its grace period runs from
+            # there: what is left of it is waited for, with no second interrupt (which would
+            # cut short the clean-up the first one began) and no new grace period.
+            return await self._until_end(
+                done, left + running.grace, 0.0, stop_reason, interrupted=True
+            )
         return await self._until_end(done, left, running.grace, stop_reason)
 
     async def _until_end(
@@ -576,6 +583,7 @@ class Interpreter:
         time_limit: float,
         grace: float,
         stop_reason: str | None,
+        interrupted: bool = False,
     ) -> Outcome:
         cancelled = False
         try:
@@ -585,11 +593,11 @@ class Interpreter:
                 report = await asyncio.shield(done)
         except TimeoutError:
             stop_reason = "time_limit"
-            report = await self._stop(stop_reason, grace)
+            report = await self._stop(stop_reason, grace, interrupt=not interrupted)
         except asyncio.CancelledError:
             cancelled = True
             stop_reason = "cancelled"
-            report = await asyncio.shield(self._stop(stop_reason, grace))
+            report = await asyncio.shield(self._stop(stop_reason, grace, interrupt=not interrupted))
         taken_back = self._taken_back
         if taken_back is not None and not taken_back.done():
             # Taken back from a keeper: the report waits for what the kernel holds (see
@@ -615,7 +623,7 @@ class Interpreter:
                 self._stop_reason = reason
             await self._stop(reason, grace)
 
-    async def _stop(self, reason: str, grace: float) -> wire.DoneFrame:
+    async def _stop(self, reason: str, grace: float, interrupt: bool = True) -> wire.DoneFrame:
         done = self._channel.done
         assert done is not None
         stopping = self._stopping
@@ -623,15 +631,18 @@ class Interpreter:
             # Stopped already (a cancel, then the runtime's close, say): a second SIGINT
             # would cut short the clean-up the first one's grace period is for.
             return await asyncio.shield(stopping[1])
-        task = asyncio.ensure_future(self._stop_once(done, grace))
+        task = asyncio.ensure_future(self._stop_once(done, grace, interrupt))
         self._stopping = (done, task)
         return await asyncio.shield(task)
 
     async def _stop_once(
-        self, done: asyncio.Future[wire.DoneFrame], grace: float
+        self, done: asyncio.Future[wire.DoneFrame], grace: float, interrupt: bool = True
     ) -> wire.DoneFrame:
+        """Interrupt the script (unless a keeper did already: `interrupt` false), wait
+        `grace` seconds for its `done`, then kill the interpreter."""
         if not done.done() and self.alive and self.pid is not None:
-            self._process.signal(signal.SIGINT)  # the kernel's handler turns it into a stop
+            if interrupt:
+                self._process.signal(signal.SIGINT)  # the kernel's handler makes it a stop
             try:
                 return await asyncio.wait_for(asyncio.shield(done), grace)
             except TimeoutError:

@@ -3,10 +3,15 @@
 Goal: mark a host's in-flight calls as uncertain once its process is gone, and never while it
 lives (two runtimes may share a journal). What fails: "is the pid alive" alone, because pids
 are reused: after a restart (a container's host is often pid 1 every time) the new process
-has the dead host's pid. What we do: record the boot id and the process's start time (Linux
-/proc, cheap); a pid that is alive but started at another time, or on another boot, is
-another process. A zombie is gone. A host on another machine is left alone: we cannot tell.
-Where the OS does not say (no /proc), only the pid's existence is checked.
+has the dead host's pid; and a host in a sibling PID namespace (another container of the
+same pod: same hostname, same boot) has a pid that means nothing here. What we do: a host
+holds a lock on its first intent file for its life (`flock`, let go by the OS kernel however
+the process ends, and seen across PID namespaces on a shared file system); a host whose lock
+is held lives. Where there is no lock to ask (no file yet, no journal file, a file system
+without locks, a host of an older toolscript), record the boot id and the process's start
+time (Linux /proc, cheap); a pid that is alive but started at another time, or on another
+boot, is another process. A zombie is gone. A host on another machine is left alone: we
+cannot tell. Where the OS does not say (no /proc), only the pid's existence is checked.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from .intents import _replay_intents
+from .intents import _holds_its_lock, _replay_intents
 from .schema import _END_HOST, _IN_FLIGHT, _LAST_CALL
 
 _NOT_IN_DOUBT = "coalesce(uncertain_reason, '') != 'in_doubt'"
@@ -116,6 +121,8 @@ def _sweep_gone_hosts(
     now = time.time()
     gone = []
     for other, calls_after, pid, machine, boot_id, process_start in hosts:
+        if path is not None and _holds_its_lock(path, other):
+            continue
         if _is_gone(_ProcessIdentity(pid, machine, boot_id, process_start), me):
             if path is not None:
                 _replay_intents(db, path, other, calls_after)

@@ -108,6 +108,8 @@ class TakenCall(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class JournalScript:
     """One script as the journal knows it. `status` and `ended_at` are `None` until it ends.
+    A script whose host died while it ran (its interpreter with it, or later, unkept by a
+    keeper) is ended with the status `host_gone` by the next runtime that opens the journal.
 
     `violation` says how the script broke the protocol between its interpreter and the host
     (a frame it forged), which got its interpreter killed; `None` if it did not.

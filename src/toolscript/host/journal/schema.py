@@ -87,8 +87,10 @@ _ADDED_COLUMNS = (("scripts", "violation", "TEXT"), ("calls", "answer_frame", "B
 # Added to version 1 without a new version, like `scripts.violation`: tables older code
 # neither reads nor writes, so both can keep sharing the file. `toolscript serve` keeps in
 # them what a restarted server needs: its clients' sessions, the events of their streams,
-# and the results of background scripts.
+# and the results of background scripts. `scripts_unended` indexes the scripts no host has
+# ended yet, which the next runtime looks for (`Journal.conclude_lost_scripts`).
 _SERVE_SCHEMA = """
+CREATE INDEX IF NOT EXISTS scripts_unended ON scripts (host_id) WHERE ended_at IS NULL;
 CREATE TABLE IF NOT EXISTS stream_events (
     event_id INTEGER PRIMARY KEY AUTOINCREMENT,
     session TEXT NOT NULL,

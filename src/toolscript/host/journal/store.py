@@ -392,6 +392,36 @@ class Journal(_ServeRecords, _WriteBehind):
                     rows,
                 )
 
+    def conclude_lost_scripts(self, followed: Iterable[str]) -> list[JournalScript]:
+        """End, with the status `host_gone`, every script a host that is gone began and the
+        journal never saw end, but those in `followed` (taken back from a keeper, and
+        followed to their end by this host); return them, oldest first. Their interpreters
+        are gone: nothing will end them otherwise, and they would look as if they still ran."""
+        keep = set(followed)
+        now = time.time()
+        with self._db_lock:
+            self._check_open()
+            self._commit()
+            rows = self._db.execute(
+                # By `scripts_unended`: a look at the few scripts no host ended, not a scan.
+                "SELECT script_id, shell, generation, started_at, violation FROM scripts "
+                "WHERE ended_at IS NULL AND host_id IN "
+                "(SELECT host_id FROM hosts WHERE ended_at IS NOT NULL AND host_id != ?) "
+                "ORDER BY rowid",
+                (self.host_id,),
+            ).fetchall()
+            lost = [row for row in rows if row[0] not in keep]
+            with _Transaction(self._db):
+                self._db.executemany(
+                    "UPDATE scripts SET status = 'host_gone', ended_at = ? "
+                    "WHERE script_id = ? AND ended_at IS NULL",
+                    [(now, row[0]) for row in lost],
+                )
+        return [
+            JournalScript(script_id, shell, generation, started_at, now, "host_gone", violation)
+            for script_id, shell, generation, started_at, violation in lost
+        ]
+
     def mark_told(self, call_ids: Iterable[str]) -> None:
         """Record that these uncertain calls of gone hosts were reported in a result."""
         now = time.time()
@@ -428,6 +458,17 @@ class Journal(_ServeRecords, _WriteBehind):
             self._commit()
             rows = self._db.execute(query, parameters).fetchall()
         return [JournalScript(*row) for row in reversed(rows)]
+
+    def has_script(self, script_id: str) -> bool:
+        """Whether the journal knows a script of that id (`toolscript calls --script`)."""
+        _check_text("script_id", script_id, "a script's id")
+        with self._db_lock:
+            self._check_open()
+            self._commit()
+            row = self._db.execute(
+                "SELECT 1 FROM scripts WHERE script_id = ?", (script_id,)
+            ).fetchone()
+        return row is not None
 
     def generation_elsewhere(self, shell: str) -> int | None:
         """The latest generation another host (one that has ended, or shares the file) ran
