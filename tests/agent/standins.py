@@ -33,6 +33,9 @@ class Reply:
     `cut` ends the stream before its terminal event; `hold` is awaited after the first content
     chunk is sent; `status` other than 200 answers with that HTTP error instead (`retry_after`
     sets the header); `error_type` sends an in-stream error event after the first chunk.
+    `garbled` sends an event whose data is not JSON after the first content chunk. `ids`
+    gives the calls' ids (default: one of each's own); `late_calls` are streamed after
+    the terminal event (Anthropic) or the finish chunk (OpenAI), as a broken server would.
     """
 
     text: str = ""
@@ -43,6 +46,9 @@ class Reply:
     status: int = 200
     retry_after: str | None = None
     error_type: str | None = None
+    garbled: bool = False
+    ids: list[str] | None = None
+    late_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 ReplySource = Reply | Callable[[dict[str, Any]], Reply | Awaitable[Reply]]
@@ -153,6 +159,9 @@ class StandIn:
             await writer.drain()
             if index == first:
                 self.first_content_sent.set()
+                if reply.garbled:
+                    head = "event: content_block_delta\n" if self.provider == "anthropic" else ""
+                    _chunk(writer, f"{head}data: {{not json\n\n")
                 if reply.error_type is not None:
                     _chunk(writer, self._error_event(reply.error_type))
                     writer.write(b"0\r\n\r\n")
@@ -257,33 +266,8 @@ def _anthropic_events(reply: Reply) -> tuple[list[str], int, list[str]]:
         events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
         index += 1
     for number, (name, arguments) in enumerate(reply.calls):
-        events.append(
-            _sse(
-                "content_block_start",
-                {
-                    "type": "content_block_start",
-                    "index": index,
-                    "content_block": {
-                        "type": "tool_use",
-                        "id": f"toolu_{number}_{name}",
-                        "name": name,
-                        "input": {},
-                    },
-                },
-            )
-        )
-        events.extend(
-            _sse(
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": piece},
-                },
-            )
-            for piece in _halves(json.dumps(arguments))
-        )
-        events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+        call_id = reply.ids[number] if reply.ids else f"toolu_{number}_{name}"
+        events.extend(_anthropic_call(index, call_id, name, arguments))
         index += 1
     stop = reply.stop or ("tool_use" if reply.calls else "end_turn")
     terminal = [
@@ -297,8 +281,35 @@ def _anthropic_events(reply: Reply) -> tuple[list[str], int, list[str]]:
         ),
         _sse("message_stop", {"type": "message_stop"}),
     ]
+    for number, (name, arguments) in enumerate(reply.late_calls):
+        terminal.extend(_anthropic_call(index + number, f"toolu_late_{number}", name, arguments))
     first = 3 if reply.text or not reply.calls else 2
     return events, first, terminal
+
+
+def _anthropic_call(index: int, call_id: str, name: str, arguments: dict[str, Any]) -> list[str]:
+    return [
+        _sse(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "tool_use", "id": call_id, "name": name, "input": {}},
+            },
+        ),
+        *(
+            _sse(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": piece},
+                },
+            )
+            for piece in _halves(json.dumps(arguments))
+        ),
+        _sse("content_block_stop", {"type": "content_block_stop", "index": index}),
+    ]
 
 
 def _openai_chunk(delta: dict[str, Any], finish: str | None = None) -> str:
@@ -321,24 +332,32 @@ def _openai_events(reply: Reply) -> tuple[list[str], int, list[str]]:
     text = reply.text or ("" if reply.calls else "Done.")
     events.extend(_openai_chunk({"content": piece}) for piece in _halves(text))
     for number, (name, arguments) in enumerate(reply.calls):
-        events.append(
-            _openai_chunk(
-                {
-                    "tool_calls": [
-                        {
-                            "index": number,
-                            "id": f"call_{number}_{name}",
-                            "type": "function",
-                            "function": {"name": name, "arguments": ""},
-                        }
-                    ]
-                }
-            )
-        )
-        events.extend(
+        call_id = reply.ids[number] if reply.ids else f"call_{number}_{name}"
+        events.extend(_openai_call(number, call_id, name, arguments))
+    stop = reply.stop or ("tool_calls" if reply.calls else "stop")
+    terminal = [_openai_chunk({}, stop)]
+    for number, (name, arguments) in enumerate(reply.late_calls, len(reply.calls)):
+        terminal.extend(_openai_call(number, f"call_late_{number}", name, arguments))
+    terminal.append("data: [DONE]\n\n")
+    return events, 1, terminal
+
+
+def _openai_call(number: int, call_id: str, name: str, arguments: dict[str, Any]) -> list[str]:
+    return [
+        _openai_chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": number,
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": ""},
+                    }
+                ]
+            }
+        ),
+        *(
             _openai_chunk({"tool_calls": [{"index": number, "function": {"arguments": piece}}]})
             for piece in _halves(json.dumps(arguments))
-        )
-    stop = reply.stop or ("tool_calls" if reply.calls else "stop")
-    terminal = [_openai_chunk({}, stop), "data: [DONE]\n\n"]
-    return events, 1, terminal
+        ),
+    ]

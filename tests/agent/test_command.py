@@ -71,7 +71,7 @@ async def test_an_invalid_limit_is_refused_naming_its_option_before_any_request(
     code, _out, err = await invoke(standin, "work", "--max-steps", "0")
 
     assert code == 2
-    assert "--max-steps" in err and "max_steps: must be an int of at least 1" in err
+    assert "--max-steps" in err and "max_steps: must be an int from 1 to 1,000,000,000" in err
     assert standin.requests == []
 
 

@@ -13,7 +13,7 @@ import pytest
 from toolscript.agent import Agent, ExecutionControl, InvalidControl, StepState
 
 from .fake_runtime import FakeRuntime
-from .helpers import KEY, agent_for
+from .helpers import KEY, agent_for, said_to_model
 from .standins import Reply, StandIn
 
 pytestmark = pytest.mark.timeout(20)
@@ -37,6 +37,11 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"request_timeout": 5, "before_step": "raise the cap"}, "before_step"),
     ({"request_timeout": 5, "before_step_timeout": 0}, "before_step_timeout"),
     ({"request_timeout": 5, "terminal_wait": math.inf}, "terminal_wait"),
+    # Past what a float holds (math.isfinite raised OverflowError), or SQLite an int.
+    ({"request_timeout": 10**400}, "request_timeout"),
+    ({"request_timeout": 5, "lifetime_timeout": 10**400}, "lifetime_timeout"),
+    ({"request_timeout": 5, "terminal_wait": -(10**400)}, "terminal_wait"),
+    ({"request_timeout": 5, "max_steps": 10**30}, "max_steps"),
 ]
 
 
@@ -84,6 +89,22 @@ async def test_a_bad_agent_argument_is_refused_naming_it_before_any_request(
             api_key=KEY,
             control=ExecutionControl(request_timeout=5, tool_timeout=None, lifetime_timeout=60),
             **arguments,
+        )
+    assert standin.requests == []
+
+
+@pytest.mark.parametrize("base_url", ["notaurl", "ftp://127.0.0.1/v1", "http://", "http://[::1", 5])
+async def test_a_base_url_that_is_not_an_http_url_is_refused_before_any_request(
+    standin: StandIn, fake: FakeRuntime, base_url: Any
+) -> None:
+    standin.queue(Reply(text="should never be asked"))
+    with pytest.raises(ValueError, match=r"^base_url: expected an http"):
+        Agent(
+            standin.model,
+            fake,
+            base_url=base_url,
+            api_key=KEY,
+            control=ExecutionControl(request_timeout=5, tool_timeout=None, lifetime_timeout=60),
         )
     assert standin.requests == []
 
@@ -194,7 +215,33 @@ async def test_a_blocking_before_step_that_overruns_its_timeout_declines(
     assert (turn.stop_reason, turn.steps) == ("step_cap", 1)
 
 
-@pytest.mark.parametrize("offer", [1, 0, -5, 2.0, math.inf, "3", True])
+async def test_a_blocking_before_step_that_never_returns_cannot_keep_the_process_alive(
+    standin: StandIn, fake: FakeRuntime
+) -> None:
+    # asyncio.run waits for its executor's threads at the end: a callback that never
+    # returns must run in a thread of its own that the process does not wait for.
+    release = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def forever(state: StepState) -> int:
+        threads.append(threading.current_thread())
+        release.wait(30)
+        return 10
+
+    standin.queue(*steps_that_run_scripts(2))
+    agent = agent_for(standin, fake, max_steps=1, before_step=forever, before_step_timeout=0.2)
+    try:
+        turn = await asyncio.wait_for(agent.run("go"), 10)
+    finally:
+        release.set()
+
+    assert (turn.stop_reason, turn.steps) == ("step_cap", 1)
+    [thread] = threads
+    assert thread.daemon
+    assert thread is not threading.main_thread()
+
+
+@pytest.mark.parametrize("offer", [1, 0, -5, 2.0, math.inf, "3", True, 10**30])
 async def test_an_offer_that_is_not_a_larger_int_leaves_the_cap(
     standin: StandIn, fake: FakeRuntime, offer: object
 ) -> None:
@@ -205,3 +252,20 @@ async def test_an_offer_that_is_not_a_larger_int_leaves_the_cap(
 
     assert (turn.stop_reason, turn.steps) == ("step_cap", 1)
     assert len(standin.requests) == 1
+
+
+async def test_a_tool_timeout_over_the_runtimes_maximum_runs_scripts_at_that_maximum(
+    standin: StandIn, fake: FakeRuntime
+) -> None:
+    # The model asked for no time limit: the tool_timeout (60 s) is the default, and the
+    # runtime takes at most 30 s. Every script refused for it would be no turn at all.
+    fake.max_time_limit = 30.0
+    standin.queue(
+        Reply(calls=[("run_python", {"code": "print(1)"})]),
+        Reply(calls=[("finish", {"summary": "printed"})]),
+    )
+    turn = await agent_for(standin, fake, tool_timeout=60.0).run("print one")
+
+    assert (turn.stop_reason, turn.error) == ("end_turn", None)
+    assert fake.the_shell.runs == [("print(1)", 30.0, False)]
+    assert "max_time_limit, 30 s" in said_to_model(standin.requests[1])

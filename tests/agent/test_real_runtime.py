@@ -163,6 +163,14 @@ async def test_an_abort_while_a_real_script_waits_on_a_tool_ends_the_turn_aborte
 
     assert turn.stop_reason == "aborted"
     assert turn.error is not None and "while the script of run_python call" in turn.error
+    # The script's own result, collected: it was cancelled, and its call never answered,
+    # so whatever the tool does may still come.
+    assert "cancelled" in turn.error and "wait_for_gate()" in turn.error, turn.error
+    assert "may still come" in turn.error, turn.error
+    [abandoned] = [e for e in turn.transcript if e.get("event") == "script_abandoned"]
+    result = abandoned["result"]
+    assert result["status"] == "cancelled"
+    assert result["calls"]["by_fate"] == {"pending": 1}, result["calls"]
 
 
 async def test_finish_waits_for_a_real_background_script_and_is_refused_until_it_was_read(
@@ -244,6 +252,9 @@ async def test_finish_is_refused_once_naming_a_call_still_pending_then_accepted(
 
     assert (turn.stop_reason, turn.steps) == ("end_turn", 3), turn.error
     refused = said_to_model(standin.requests[2])
-    assert "Still running, so their effects may still come" in refused, refused
+    # A tool call is not a script: it does not "run" for the model to wait on or cancel.
+    assert "tool calls of this turn never answered" in refused, refused
+    assert "Never answered, so their effects may still come" in refused, refused
+    assert "cancel_script" not in refused and "Still running" not in refused, refused
     assert "wait_for_gate()" in refused and "pending when the script ended" in refused
     assert turn.summary == "done, knowing it may still come"

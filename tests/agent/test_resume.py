@@ -428,8 +428,8 @@ async def test_a_script_the_keeper_stopped_at_its_time_limit_while_no_process_ra
 ) -> None:
     stopped = agents.shared / "stopped"
     code = (
-        f"open({str(agents.shared / 'started')!r}, 'w').close()\n"
-        "try:\n    while True:\n        pass\nexcept KeyboardInterrupt:\n"
+        f"try:\n    open({str(agents.shared / 'started')!r}, 'w').close()\n"
+        "    while True:\n        pass\nexcept KeyboardInterrupt:\n"
         f"    open({str(stopped)!r}, 'w').close()\n    raise\n"
     )
     standin.queue(Reply(calls=[("run_python", {"code": code, "time_limit_s": 1})]))

@@ -85,6 +85,26 @@ def take_saved(runtime: ScriptRuntime, turn_id: str) -> SavedTurn:
     return saved
 
 
+_NAMED = 10
+"""Calls a lost script left in flight that its words name; the rest are counted."""
+
+
+def left_in_flight(runtime: ScriptRuntime, script_id: str) -> str:
+    """The calls script `script_id` left in flight when its process died, named for the
+    model (which cannot look them up): their effects may have happened, or may still."""
+    if not isinstance(runtime, JournaledRuntime):
+        return "Calls it left in flight are uncertain: their effects may have happened."
+    calls = runtime.journal.calls(script_id=script_id, uncertain=True)
+    if not calls:
+        return "It left no tool call in flight."
+    named = ", ".join(f"{call.tool}({call.args_brief})" for call in calls[:_NAMED])
+    more = f" and {len(calls) - _NAMED} more" if len(calls) > _NAMED else ""
+    return (
+        f"It left {len(calls)} tool call(s) in flight, never answered, so their effects may "
+        f"have happened or may still come: {named}{more}."
+    )
+
+
 def lost_script_words(
     runtime: ScriptRuntime, shell: str, since: float, *, background: bool = False
 ) -> str:
@@ -101,7 +121,7 @@ def lost_script_words(
             "Run it again if it is still wanted."
         )
     script = found[-1]
-    if script.status is None:
+    if script.status in (None, "host_gone"):  # a later runtime ends it `host_gone`
         return (
             f"the agent's process died while its script ({script.script_id}) ran, and its "
             + (
@@ -109,8 +129,8 @@ def lost_script_words(
                 if background
                 else "interpreter was not kept (keep_interpreters keeps it)"
             )
-            + ": its output is lost, and whether it finished is unknown. Calls it left in "
-            "flight are uncertain; `toolscript calls --uncertain` lists them."
+            + ": its output is lost, and whether it finished is unknown. "
+            + left_in_flight(runtime, script.script_id)
         )
     return (
         f"its script ({script.script_id}) ended {script.status} as the agent's process died; "
@@ -261,7 +281,7 @@ class TurnCheckpoint:
             self.lost.append(
                 f"Background script {script_id} was lost: the agent's process died while it "
                 "ran, and its interpreter was not taken back (keep_interpreters keeps it). What it "
-                "did is unknown; `toolscript calls --uncertain` lists calls it left in flight."
+                f"did is unknown. {left_in_flight(runtime, script_id)}"
             )
         self.scripts.count = state["scripts"]
         outbox = state["outbox"]

@@ -9,8 +9,11 @@ script, and the step cap.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -54,13 +57,33 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _said(value: object) -> str:
+    """`value` as a message shows it: an int of 400 digits is not said whole."""
+    if isinstance(value, int) and abs(value) >= 10**30:
+        return f"an int of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 100 else text[:100] + "…"
+
+
+def _finite(value: object) -> bool:
+    try:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int past any float
+        return False
+
+
+MAX_STEPS = 1_000_000_000
+"""The largest step cap (a turn's steps are saved in the journal, as SQLite integers)."""
+
+
 def _seconds(field: str, value: object, *, allow_none: bool) -> None:
     if value is None and allow_none:
         return
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type, operator]
+    if not _is_number(value) or not _finite(value) or value <= 0:  # type: ignore[operator]
         wanted = "None or " if allow_none else ""
         raise InvalidControl(
-            field, f"must be {wanted}a finite number of seconds greater than 0, not {value!r}"
+            field,
+            f"must be {wanted}a finite number of seconds greater than 0, not {_said(value)}",
         )
 
 
@@ -74,12 +97,14 @@ class ExecutionControl:
     - `tool_timeout`: the longest time limit a script may run under; `None` means scripts are
       bounded only by their own limits, which is refused together with
       `lifetime_timeout=None`, since nothing would then bound the turn.
-    - `max_steps`: how many model requests the turn may make (a positive int).
+    - `max_steps`: how many model requests the turn may make (an int from 1 to
+      1,000,000,000; so is any cap `before_step` raises it to).
     - `before_step`: called at each step boundary after the first step, once that step's
       results are settled, with a `StepState`; it may return a larger finite step cap. A
       callback that raises, returns anything else or runs past `before_step_timeout` declines,
       and the turn goes on under its current cap. It may be a plain or an `async` function; a
-      plain one runs in a worker thread so that its timeout holds.
+      plain one runs in a daemon thread of its own so that its timeout holds (one that never
+      returns does not keep the process from exiting).
     - `before_step_timeout`: seconds the callback may take.
     - `terminal_wait`: seconds that `finish` or `block` waits for background scripts of the
       turn that are still running before it is refused.
@@ -108,10 +133,11 @@ class ExecutionControl:
         if (
             not isinstance(self.max_steps, int)
             or isinstance(self.max_steps, bool)
-            or self.max_steps < 1
+            or not 1 <= self.max_steps <= MAX_STEPS
         ):
             raise InvalidControl(
-                "max_steps", f"must be an int of at least 1, not {self.max_steps!r}"
+                "max_steps",
+                f"must be an int from 1 to {MAX_STEPS:,}, not {_said(self.max_steps)}",
             )
         if self.before_step is not None and not callable(self.before_step):
             raise InvalidControl(
@@ -122,7 +148,11 @@ class ExecutionControl:
 
     def accepts_new_cap(self, offered: Any, current: int) -> bool:
         """Whether `offered`, returned by `before_step`, may replace the step cap `current`."""
-        return isinstance(offered, int) and not isinstance(offered, bool) and offered > current
+        return (
+            isinstance(offered, int)
+            and not isinstance(offered, bool)
+            and current < offered <= MAX_STEPS
+        )
 
 
 class TurnBudget:
@@ -176,15 +206,23 @@ class TurnBudget:
             f"the turn's lifetime_timeout ({self.control.lifetime_timeout} s) passed {during}",
         )
 
-    def script_limit(self, requested: float | None) -> tuple[float | None, str | None]:
+    def script_limit(
+        self, requested: float | None, most: float | None = None
+    ) -> tuple[float | None, str | None]:
         """The time limit a script runs under, and a note when `requested` had to be cut (to
-        the `tool_timeout`, or to what is left of the lifetime)."""
+        the `tool_timeout`, to `most`, the runtime's `max_time_limit`, or to what is left
+        of the lifetime)."""
         tool_timeout = self.control.tool_timeout
         limit = requested if requested is not None else tool_timeout
         note = None
         if tool_timeout is not None and limit is not None and limit > tool_timeout:
             limit = tool_timeout
             note = f"time_limit_s {requested} was cut to the tool_timeout, {tool_timeout} s"
+        if most is not None and limit is not None and limit > most:
+            # A tool_timeout over the runtime's maximum is the default the model never
+            # asked for: scripts run at the maximum, not refused one by one.
+            limit = most
+            note = f"the time limit was cut to the runtime's max_time_limit, {most:g} s"
         remaining = self.remaining()
         if remaining is not None and (limit is None or limit > remaining):
             limit = remaining
@@ -212,7 +250,7 @@ class TurnBudget:
                 if inspect.iscoroutinefunction(callback):
                     offered = await callback(state)
                 else:
-                    offered = await asyncio.to_thread(callback, state)
+                    offered = await _in_own_thread(callback, state)
                     if inspect.isawaitable(offered):
                         offered = await offered
         except TimeoutError:
@@ -229,3 +267,33 @@ class TurnBudget:
             f"declined: before_step offered {offered!r}, which is not an int larger "
             f"than the cap ({self.cap})"
         )
+
+
+def _in_own_thread(function: Callable[[StepState], Any], state: StepState) -> Awaitable[Any]:
+    """`function(state)` in a daemon thread of its own: `asyncio.to_thread`'s executor is
+    waited for when `asyncio.run` ends, so a callback that never returns would keep the
+    process from exiting after its turn had long declined it."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():  # the turn stopped waiting (its timeout)
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def work() -> None:
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = context.run(function, state)
+        except BaseException as raised:  # handed to the awaiting task, as to_thread does
+            error = raised
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=work, name="toolscript-before-step", daemon=True).start()
+    return future

@@ -116,7 +116,10 @@ class Agent:
 
         Cancelling the task that awaits this ends the turn with `stop_reason="aborted"` and
         returns the `Turn` instead of raising `CancelledError` (the cancellation is absorbed),
-        unless the turn had already ended, in which case its own ending stands. With a
+        unless the turn had already ended, in which case its own ending stands. A script
+        running in the foreground is stopped with it; its result (its status, and each
+        call's fate: a call never answered may still take effect) is in `Turn.error` and in
+        the transcript's `script_abandoned` entry. With a
         runtime that keeps a journal, the turn is saved there as it goes, under `turn_id`
         (the `turn_started` event and `Turn.turn_id` give it).
         """

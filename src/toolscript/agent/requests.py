@@ -79,6 +79,16 @@ class ModelRequests:
                     return Stop("truncated", _truncated_text(reply))
                 attempt += 1
                 continue
+            if reply.complete and (shared := _shared_id(reply)) is not None:
+                # Each call's result goes back under its id: two calls under one id would
+                # get one result, or the first's twice. Not a reply any call of can be run.
+                self._record_partial("error")
+                names = ", ".join(call.name for call in reply.tool_calls)
+                return Stop(
+                    "error",
+                    f"the model's reply gave the id {shared[:100]!r} to more than one tool call, "
+                    f"so none of its {len(reply.tool_calls)} tool calls was run: {names}",
+                )
             self.progress = None
             if not reply.complete:
                 self.transcript.record_truncated(reply)
@@ -119,6 +129,16 @@ class ModelRequests:
 
     def _hear(self, kind: str, detail: str) -> None:
         self.emit(kind, value=detail)
+
+
+def _shared_id(reply: ModelReply) -> str | None:
+    """An id the reply gives to more than one tool call, if it does."""
+    seen: set[str] = set()
+    for call in reply.tool_calls:
+        if call.id in seen:
+            return call.id
+        seen.add(call.id)
+    return None
 
 
 def _truncated_text(reply: ModelReply) -> str:

@@ -152,6 +152,12 @@ class RuntimeJournal(Protocol):
         """Scripts in the order they started (`JournaledScript`s)."""
         ...
 
+    def calls(
+        self, script_id: str | None = None, uncertain: bool = False, limit: int | None = None
+    ) -> Sequence[Any]:
+        """Calls in the order they were journaled (`JournalCall`s: `tool`, `args_brief`)."""
+        ...
+
 
 @runtime_checkable
 class JournaledRuntime(Protocol):

@@ -13,7 +13,7 @@ from typing import Any
 from ..actions import Actions, Answer, RunRequest
 from .control import TurnBudget
 from .conversation import ToolCall, ToolResult
-from .runtime_protocol import BackgroundScript, RecoveringShell
+from .runtime_protocol import BackgroundScript, RecoveringShell, ScriptOutcome
 from .terminal import Background, Ledger, Owed
 from .transcript import Transcript
 from .turn import Emit, Stop
@@ -53,6 +53,8 @@ class TurnScripts:
         self.actions: Actions | None = None
         self.count = 0
         self.waiting_on: str | None = None
+        self._abandoned: ScriptOutcome | None = None
+        """The result of the foreground script the turn's cancel stopped, once it has one."""
 
     async def run_python(
         self, call: ToolCall, args: dict[str, Any]
@@ -68,7 +70,7 @@ class TurnScripts:
         request = actions.check_run(args)
         if isinstance(request, Answer):
             return refuse(self.ledger, call, request.text), None
-        limit, note = self.budget.script_limit(request.time_limit)
+        limit, note = self.budget.script_limit(request.time_limit, actions.max_time_limit)
         self.count += 1
         self.emit(
             "script_started", call_id=call.id, background=request.background, time_limit=limit
@@ -78,9 +80,17 @@ class TurnScripts:
             return await self._start_background(call, actions, request, note), None
         bound = None if limit is None else limit + SETTLE_BOUND
         self.waiting_on = call.id
+        before = getattr(actions.shell, "last_result", None)
         try:
             async with asyncio.timeout(bound):
                 answer = await actions.run(request)
+        except asyncio.CancelledError:
+            # The turn is cancelled: the shell stopped the script and kept its result,
+            # which `abandon` tells (what its calls did matters most now).
+            after = getattr(actions.shell, "last_result", None)
+            if after is not before:
+                self._abandoned = after
+            raise
         except TimeoutError:
             self.waiting_on = None
             return refuse(self.ledger, call, "run_python: the runtime did not answer."), Stop(
@@ -124,12 +134,32 @@ class TurnScripts:
         waiting_on = self.waiting_on
         if waiting_on is None:
             return None
-        self.transcript.record_loop("script_abandoned", call_id=waiting_on)
-        return (
-            f"the caller cancelled the turn while the script of run_python call "
-            f"{waiting_on} ran; it was cancelled with the turn and its result "
-            "was not collected"
+        outcome = self._abandoned
+        said = f"the caller cancelled the turn while the script of run_python call {waiting_on} ran"
+        if outcome is None:
+            self.transcript.record_loop("script_abandoned", call_id=waiting_on)
+            return f"{said}; it was cancelled with the turn and its result was not collected"
+        self.transcript.record_loop(
+            "script_abandoned",
+            call_id=waiting_on,
+            script_id=str(outcome.script_id),
+            result=outcome.to_dict(),
         )
+        fates = ", ".join(f"{count} {fate}" for fate, count in outcome.calls.by_fate.items())
+        said += (
+            f"; script {outcome.script_id} ended {outcome.status} "
+            f"({f'its tool calls: {fates}' if fates else 'no tool calls'})"
+        )
+        unsure = [
+            f"{record.tool}({record.args_brief})"
+            for record in getattr(outcome.calls, "records", ())
+            if getattr(record, "fate", None) == "pending" and record.answered_at is None
+        ]
+        if unsure:
+            said += f"; never answered, so their effect may still come: {', '.join(unsure[:5])}" + (
+                f" and {len(unsure) - 5} more" if len(unsure) > 5 else ""
+            )
+        return said
 
     def _script_ended(
         self, call: ToolCall, answer: Answer, note: str | None, *, background: bool

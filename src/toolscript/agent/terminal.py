@@ -144,9 +144,13 @@ class Ledger:
         for call in untold:
             call.told = True
         still = [item.label for item in unseen if item.standing == "running"]
-        still += [call.label for call in untold]
         unread = [item.label for item in unseen if item.standing != "running"]
-        lines = [f"{tool} was refused: not every result of this turn has been read yet."]
+        lines = [
+            f"{tool} was refused: not every result of this turn has been read yet."
+            if unseen
+            else f"{tool} was refused: tool calls of this turn never answered, so their "
+            "effects may still come."
+        ]
         if unread:
             lines.append(
                 "Returned since you last looked (they are in this message or the next): "
@@ -159,6 +163,13 @@ class Ledger:
                 + "; ".join(still)
                 + ". Wait for them (their results arrive as messages) or cancel them with "
                 "cancel_script."
+            )
+        if untold:
+            lines.append(
+                "Never answered, so their effects may still come: "
+                + "; ".join(call.label for call in untold)
+                + ". Nothing can cancel a tool call; an answer that comes later is told to "
+                "you as a message."
             )
         lines.append(f"Read these, then call {tool} again if it still stands.")
         return "\n".join(lines)

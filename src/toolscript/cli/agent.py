@@ -190,6 +190,12 @@ def check_provider(model: str, base_url: str | None) -> None:
     provider, sep, name = model.partition(":")
     if not sep or provider not in SDKS or not name:
         raise UsageError(f"--model: expected anthropic:MODEL or openai:MODEL, not {model!r}")
+    from ..agent.providers import check_base_url
+
+    try:
+        check_base_url(base_url)
+    except ValueError as error:
+        raise UsageError(f"--base-url: {str(error).removeprefix('base_url: ')}") from None
     if importlib.util.find_spec(SDKS[provider]) is None:
         raise UsageError(
             f"the {provider} SDK is not installed; install it with: pip install 'toolscript[agent]'"

@@ -8,6 +8,7 @@ decides the turn's stop reason; it reports what the stream did (`ModelReply.comp
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -122,7 +123,9 @@ async def read_to_end(
 
     An exception while reading is turned by `stream_error` into a `ModelError` (raised: the
     API said something went wrong), or, when it returns `None`, means the connection broke:
-    the reply is marked `broken` unless its terminal event had already come.
+    the reply is marked `broken` unless its terminal event had already come. Nothing after
+    the terminal event is read: the model's reply ended there, and a tool call a broken
+    server streams after it is no call of the model's.
     """
     iterator = events.__aiter__()
     while True:
@@ -135,9 +138,20 @@ async def read_to_end(
             if error is not None:
                 raise error from err
             if not reply.complete:
-                reply.broken = f"the connection broke mid-stream ({type(err).__name__}: {err})"
+                reply.broken = _broken_words(err)
             return
         take(item)
+        if reply.complete:
+            return
+
+
+def _broken_words(err: Exception) -> str:
+    """Why a stream that failed while being read broke: its data, or the connection."""
+    if isinstance(err, json.JSONDecodeError):
+        return f"the model server sent an event that is not valid JSON ({err})"
+    if isinstance(err, UnicodeDecodeError):
+        return f"the model server sent bytes that are not UTF-8 text ({err})"
+    return f"the connection broke mid-stream ({type(err).__name__}: {err})"
 
 
 def split_model(model: str) -> tuple[str, str]:
@@ -147,6 +161,30 @@ def split_model(model: str) -> tuple[str, str]:
     if not sep or provider not in PROVIDERS or not name:
         raise ValueError(f"model: expected 'anthropic:MODEL' or 'openai:MODEL', not {model!r}")
     return provider, name
+
+
+def check_base_url(base_url: object) -> None:
+    """Raise `ValueError` unless `base_url` is None or an http(s) URL with a host: anything
+    else would only fail at the first request, as a connection error after its retries."""
+    if base_url is None:
+        return
+    from urllib.parse import urlsplit
+
+    if not isinstance(base_url, str):
+        raise ValueError(f"base_url: expected an http(s) URL, not {base_url!r}")
+    try:
+        parts = urlsplit(base_url)
+        host = parts.hostname
+    except ValueError:
+        host = None
+    else:
+        if parts.scheme not in ("http", "https"):
+            host = None
+    if not host:
+        raise ValueError(
+            f"base_url: expected an http(s) URL such as http://127.0.0.1:8000/v1, "
+            f"not {base_url[:200]!r}"
+        )
 
 
 def make_provider(
@@ -159,6 +197,7 @@ def make_provider(
 ) -> Provider:
     """The provider for `model` (`"anthropic:MODEL"` or `"openai:MODEL"`)."""
     provider, name = split_model(model)
+    check_base_url(base_url)
     if provider == "anthropic":
         from .anthropic import AnthropicProvider
 
