@@ -37,7 +37,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "no_such_tool",
     "run_python_schema",
     "script_id_schema",
+    "unknown_arguments",
 ]
 
 ACTION_NAMES = ("run_python", "script_status", "cancel_script")
@@ -238,9 +239,17 @@ class Answer:
         return cls(text, is_error=True)
 
 
+def said_back(words: str, most: int = 200) -> str:
+    """A client's own words (a name, an id, a query) as an answer says them back: quoted,
+    and cut at `most` characters, so a huge one does not come back whole."""
+    return repr(words if len(words) <= most else words[:most] + "…")
+
+
 def no_such_tool(name: str, offered: Iterable[str]) -> Answer:
     """The refusal of a call to a tool the face does not offer."""
-    return Answer.refusal(f"There is no tool named {name!r}; the tools are {', '.join(offered)}.")
+    return Answer.refusal(
+        f"There is no tool named {said_back(name)}; the tools are {', '.join(offered)}."
+    )
 
 
 def run_python_schema(
@@ -345,7 +354,7 @@ class Actions:
             problems.append(
                 "this runtime cannot run scripts in the background; run it without background=true"
             )
-        problems.extend(_unknown(arguments, _RUN_ARGUMENTS))
+        problems.extend(unknown_arguments(arguments, _RUN_ARGUMENTS))
         if problems or not isinstance(code, str):
             return _refused("run_python", problems)
         return RunRequest(code, None if limit is None else float(limit), background)
@@ -355,6 +364,21 @@ class Actions:
 
         Cancelling the awaiting task stops the script, as `Shell.run` does.
         """
+        if getattr(self.shell, "busy", False):
+            # The shell's own words offer "another shell", which whoever calls an action
+            # (a model, an MCP client) has no way to pick.
+            beside = (
+                ", or pass background=true to run this one beside it"
+                if isinstance(self.shell, BackgroundShell)
+                else ""
+            )
+            return _refused(
+                "run_python",
+                [
+                    "a script is already running in the foreground (scripts run one at a "
+                    f"time, sharing their variables); wait for its answer{beside}"
+                ],
+            )
         return Answer.of(await self.shell.run(request.code, time_limit=request.time_limit))
 
     def output(self, limit: int | None = None) -> str:
@@ -435,11 +459,21 @@ class Actions:
         found = self._find("cancel_script", arguments)
         if isinstance(found, Answer):
             return found
-        _, tracked = found
+        script_id, tracked = found
+        ended = tracked.handle.status() != "running"
         result = await tracked.handle.cancel(CANCEL_REASON)
         if tracked.ended is None:
             tracked.ended = time.monotonic()
-        return Answer.of(result)
+        answer = Answer.of(result)
+        if not ended:
+            return answer
+        # Its result alone would not say whether this cancel stopped anything.
+        return replace(
+            answer,
+            text=f"Background script {script_id} had already ended {result.status}; nothing "
+            f"was cancelled. Its result:\n\n{answer.text}",
+            data={**(answer.data or {}), "already_ended": True},
+        )
 
     async def close(self, reason: str) -> None:
         """Cancel the background scripts still running, giving `reason`, and forget them all.
@@ -455,7 +489,7 @@ class Actions:
     def _find(self, action: str, arguments: Mapping[str, Any]) -> tuple[str, _Tracked] | Answer:
         script_id = arguments.get("script_id")
         problems = [] if isinstance(script_id, str) and script_id else [_SCRIPT_ID_WORDS]
-        problems.extend(_unknown(arguments, _SCRIPT_ARGUMENTS))
+        problems.extend(unknown_arguments(arguments, _SCRIPT_ARGUMENTS))
         if problems or not isinstance(script_id, str):
             return _refused(action, problems)
         self._forget_old()
@@ -465,7 +499,7 @@ class Actions:
             return recalled
         if tracked is None:
             return Answer.refusal(
-                f"There is no background script {script_id!r} here (known: {self._known()}). "
+                f"There is no background script {said_back(script_id)} here (known: {self._known()}). "
                 "A background script can be found only where it was started: while it runs, "
                 f"and for {self.keep_for / 60:g} minutes after it ends (the last "
                 f"{self.keep_count} that ended)."
@@ -506,7 +540,8 @@ def _refused(action: str, problems: list[str]) -> Answer:
     return Answer.refusal(f"{action} was not run: {'; '.join(problems)}.")
 
 
-def _unknown(arguments: Mapping[str, Any], known: tuple[str, ...]) -> list[str]:
+def unknown_arguments(arguments: Mapping[str, Any], known: tuple[str, ...]) -> list[str]:
+    """The problem of `arguments` holding names outside `known`, said once; none if not."""
     unknown = sorted(str(name) for name in arguments if name not in known)
     if not unknown:
         return []

@@ -214,6 +214,25 @@ async def test_on_done_hears_a_background_scripts_end(actions: Actions) -> None:
     assert ended.data == result.to_dict()
 
 
+async def test_cancelling_a_script_that_had_ended_says_nothing_was_cancelled(
+    actions: Actions,
+) -> None:
+    heard: asyncio.Queue[Any] = asyncio.Queue()
+    started = await actions.start(
+        request(actions, code="6 * 7", background=True), on_done=heard.put_nowait
+    )
+    result = await asyncio.wait_for(heard.get(), 30)
+
+    late = await actions.cancel_script({"script_id": started.script_id})
+
+    assert late.text.startswith(
+        f"Background script {started.script_id} had already ended ok; nothing was cancelled. "
+    ), late.text
+    assert late.text.endswith(result.text)
+    assert late.data == {**result.to_dict(), "already_ended": True}
+    assert not late.is_error  # its result is ok, and nothing failed
+
+
 @pytest.mark.parametrize(
     "arguments",
     [{}, {"script_id": ""}, {"script_id": 5}, {"script_id": None}],

@@ -66,3 +66,43 @@ async def test_status_of_an_unknown_script_and_an_unknown_tool_are_refused_in_th
         "There is no tool named 'frobnicate'; the tools are run_python, script_status, "
         "cancel_script."
     )
+
+
+async def test_a_huge_script_id_or_tool_name_is_not_said_back_whole(runtime: Runtime) -> None:
+    huge = "x" * 100_000
+    async with Client(ToolscriptServer(runtime).server) as client:
+        unknown = await client.call_tool("script_status", {"script_id": huge})
+        nothing = await client.call_tool(huge, {})
+    for answer in (unknown, nothing):
+        assert answer.is_error
+        assert "x" * 200 + "…" in text(answer) and len(text(answer)) < 1_000
+
+
+async def test_a_second_run_while_one_runs_is_refused_with_what_the_client_can_do() -> None:
+    import asyncio
+
+    from toolscript import tool
+
+    entered, opened = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def hold() -> str:
+        """Wait until the test lets go."""
+        entered.set()
+        await opened.wait()
+        return "let go"
+
+    async with (
+        Runtime(tools=[hold], journal=":memory:", pool_size=0) as runtime,
+        Client(ToolscriptServer(runtime).server) as client,
+    ):
+        first = asyncio.ensure_future(client.call_tool("run_python", {"code": "await hold()"}))
+        await asyncio.wait_for(entered.wait(), 20)
+        second = await client.call_tool("run_python", {"code": "1 + 1"})
+        opened.set()
+        done = await first
+    refused = text(second)
+    assert second.is_error and "already running" in refused, refused
+    # An MCP client has one shell: it can wait, or run the script in the background.
+    assert "background=true" in refused and "another shell" not in refused, refused
+    assert not done.is_error and "let go" in text(done)

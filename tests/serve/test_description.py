@@ -67,6 +67,22 @@ async def test_a_large_catalogue_is_named_and_its_stubs_are_found_with_list_tool
             assert "async def find_record_42(*, query: str" in found.structured_content["stubs"]
             nothing = await client.call_tool("list_tools", {"query": "no such words"})
             assert nothing.is_error
+            long = await client.call_tool("list_tools", {"query": "nothing " * 20_000})
+            assert long.is_error and len(str(long.content)) < 1_000
+            extra = await client.call_tool("list_tools", {"query": "kind", "x": 1})
+            assert extra.is_error and "takes only query, not 'x'" in str(extra.content)
+            assert listed["list_tools"].input_schema.get("additionalProperties") is False
+
+
+@pytest.mark.timeout(30)
+async def test_list_tools_is_no_tool_where_it_is_not_offered() -> None:
+    async with (
+        Runtime(tools=_specs(3), journal=":memory:", pool_size=0) as runtime,
+        Client(ToolscriptServer(runtime).server) as client,
+    ):
+        called = await client.call_tool("list_tools", {"query": "kind"})
+    assert called.is_error and "list_tools" in str(called.content)
+    assert "async def" not in str(called.content)
 
 
 @pytest.mark.timeout(30)

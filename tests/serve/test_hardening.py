@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -371,6 +372,49 @@ async def test_a_signal_ends_serve_over_stdio_with_its_scripts_stopped_folder_re
     _assert_closed_journal(
         tmp_path / "journal.sqlite3", [ran["script_id"], background["script_id"]]
     )
+
+
+@pytest.mark.timeout(60)
+def test_a_stdio_client_that_vanishes_mid_answer_ends_serve_cleanly(tmp_path: Path) -> None:
+    # A killed client closes both pipes, here while the server writes an answer larger
+    # than a pipe holds: the write meets a broken pipe. That is how a stdio session often
+    # ends, not a crash: status 0, no traceback, nothing left behind.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    log = tmp_path / "stderr"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, *serve_args(tmp_path)],
+            env={**os.environ, **environment(tmp_path), "TMPDIR": str(temp)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+
+        def send(message: dict[str, Any]) -> None:
+            assert process.stdin is not None
+            process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+            process.stdin.flush()
+
+        send(initialize_request(1))
+        assert json.loads(process.stdout.readline())["id"] == 1
+        send({"method": "notifications/initialized"})
+        big = {"name": "run_python", "arguments": {"code": "'x' * 1_000_000"}}
+        send({"id": 2, "method": "tools/call", "params": big})
+        assert b"xxx" in os.read(process.stdout.fileno(), 65536)  # the rest waits
+        process.stdout.close()
+        process.stdin.close()
+        returncode = process.wait(timeout=STOP_BOUND)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    errors = log.read_bytes()
+    assert returncode == 0, errors.decode(errors="replace")[-3000:]
+    assert b"Traceback" not in errors and b"BrokenPipe" not in errors, errors[-3000:]
+    assert _working_folders(temp) == []
 
 
 @SIGNALS

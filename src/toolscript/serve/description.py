@@ -202,6 +202,7 @@ def tool_list(runtime: Runtime, *, keep_results_for: float) -> list[types.Tool]:
                 input_schema={
                     "type": "object",
                     "properties": {"query": {"type": "string", "default": ""}},
+                    "additionalProperties": False,
                 },
                 annotations=types.ToolAnnotations(read_only_hint=True),
             )

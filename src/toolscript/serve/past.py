@@ -53,7 +53,7 @@ def recall_for(runtime: Runtime, shell: str, keep_for: float) -> Callable[[str],
         if not found:
             return None
         script = found[0]
-        if script.status is None:
+        if script.status in (None, "host_gone"):  # a later runtime ends it `host_gone`
             uncertain = len(journal.calls(script_id=script_id, uncertain=True))
             calls = (
                 f" {uncertain} of its tool calls may have taken effect; "

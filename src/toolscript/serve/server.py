@@ -33,6 +33,7 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import secrets
 import socket
 import time
@@ -55,7 +56,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from .. import ScriptHandle, ScriptResult
-from ..actions import Answer, no_such_tool
+from ..actions import Answer, no_such_tool, said_back, unknown_arguments
 from ..runtime import Runtime
 from .auth import BearerTokenGate
 from .description import matching_stubs, tool_list
@@ -196,8 +197,16 @@ class ToolscriptServer:
                     lines.end()
                 # AsyncFile calls only `readline` (in a worker thread) and `close` on it.
                 stdin = anyio.AsyncFile(cast("IO[str]", lines))
-                async with stdio_server(stdin=stdin) as (read, write):
-                    await self.server.run(read, write, self.server.create_initialization_options())
+                try:
+                    async with stdio_server(stdin=stdin) as (read, write):
+                        await self.server.run(
+                            read, write, self.server.create_initialization_options()
+                        )
+                except* (BrokenPipeError, ConnectionResetError):
+                    # The client is gone (killed, or it closed its end of our stdout): the
+                    # way a stdio session often ends, as stdin closing is. Nothing more can
+                    # be written there, not even Python's own flush at exit.
+                    _stdout_to_devnull()
         finally:
             self._end_transport = None
             await self.aclose()
@@ -355,14 +364,19 @@ class ToolscriptServer:
             return _content(await session.actions.script_status(arguments))
         if params.name == "cancel_script":
             return _content(await session.actions.cancel_script(arguments))
-        if params.name == "list_tools":
+        if params.name == "list_tools" and any(t.name == "list_tools" for t in self._tools):
             query = arguments.get("query", "")
+            problems = unknown_arguments(arguments, ("query",))
             if not isinstance(query, str):
-                return _content(Answer.refusal("list_tools was not run: `query` must be a string."))
+                problems.insert(0, "`query` must be a string")
+            if problems:
+                return _content(Answer.refusal(f"list_tools was not run: {'; '.join(problems)}."))
             stubs, count = matching_stubs(self.runtime, query)
             if count == 0:
                 return _content(
-                    Answer.refusal(f"No tool matches {query!r}; try a shorter word or a server.")
+                    Answer.refusal(
+                        f"No tool matches {said_back(query)}; try a shorter word or a server."
+                    )
                 )
             return types.CallToolResult(
                 content=[types.TextContent(text=stubs)],
@@ -635,3 +649,11 @@ def _version() -> str:
         return metadata.version("toolscript")
     except metadata.PackageNotFoundError:
         return "0"
+
+
+def _stdout_to_devnull() -> None:
+    """Point fd 1 at /dev/null: a write to the dead client's pipe would fail again."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
