@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -359,18 +359,13 @@ _CAPTURE_CUT = re.compile(r"\n… ([\d,]+) bytes of output cut …\n")
 def _cut_output(body: str, limit: int) -> str:
     """A stream's text cut to `limit` as `cut_middle` does; where the capture already cut
     its middle (`output_limit`), the two cuts are one, and its mark states both."""
-    found = _CAPTURE_CUT.search(body)
-    if found is None or len(body) <= limit:
-        return cut_middle(body, limit)
-    head, tail = body[: found.start()], body[found.end() :]
-    keep = max(limit, 2)
-    kept_head = min(keep // 2, len(head))
-    kept_tail = min(keep - kept_head, len(tail))
-    more = len(head) - kept_head + len(tail) - kept_tail
-    mark = f"{found.group(1)} bytes of output cut"
-    if more:
-        mark = f"{found.group(1)} bytes of output and {more:,} more characters cut"
-    return f"{head[:kept_head]}\n… {mark} …\n{tail[len(tail) - kept_tail :]}"
+
+    def mark(found: re.Match[str], more: int) -> str:
+        if more:
+            return f"{found.group(1)} bytes of output and {more:,} more characters cut"
+        return f"{found.group(1)} bytes of output cut"
+
+    return _one_cut(body, limit, _CAPTURE_CUT, mark)
 
 
 _KERNEL_CUT = re.compile(r"\n… \[(.{1,40}?) was ([\d,]+) characters: ([\d,]+) are cut here\] …\n")
@@ -379,16 +374,28 @@ _KERNEL_CUT = re.compile(r"\n… \[(.{1,40}?) was ([\d,]+) characters: ([\d,]+) 
 def _cut_kernel_cut(body: str, limit: int) -> str:
     """A value or an error cut to `limit` as `cut_middle` does; where the kernel already cut
     its middle (`VALUE_KEPT`), the two cuts are one, and its mark states all that was cut."""
-    found = _KERNEL_CUT.search(body)
+
+    def mark(found: re.Match[str], more: int) -> str:
+        cut = int(found.group(3).replace(",", "")) + more
+        return f"[{found.group(1)} was {found.group(2)} characters: {cut:,} are cut here]"
+
+    return _one_cut(body, limit, _KERNEL_CUT, mark)
+
+
+def _one_cut(
+    body: str, limit: int, earlier: re.Pattern[str], mark: Callable[[re.Match[str], int], str]
+) -> str:
+    """`body` cut to `limit`, its middle first: where an `earlier` cut's mark is, the new cut
+    takes its place, and `mark` says both (given that mark and how many more characters go)."""
+    found = earlier.search(body)
     if found is None or len(body) <= limit:
         return cut_middle(body, limit)
     head, tail = body[: found.start()], body[found.end() :]
     keep = max(limit, 2)
     kept_head = min(keep // 2, len(head))
     kept_tail = min(keep - kept_head, len(tail))
-    total = int(found.group(2).replace(",", ""))
-    mark = f"[{found.group(1)} was {total:,} characters: {total - kept_head - kept_tail:,} are cut here]"
-    return f"{head[:kept_head]}\n… {mark} …\n{tail[len(tail) - kept_tail :]}"
+    more = len(head) - kept_head + len(tail) - kept_tail
+    return f"{head[:kept_head]}\n… {mark(found, more)} …\n{tail[len(tail) - kept_tail :]}"
 
 
 def render_output(stdout: str, stderr: str, limit: int) -> str:
