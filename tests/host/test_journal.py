@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import signal
@@ -13,7 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -29,6 +30,7 @@ from toolscript.host.journal import (
     state_dir,
 )
 from toolscript.host.journal import buffer as journal_buffer
+from toolscript.host.journal.intents import _MAPPED
 
 NOW = 1_700_000_000.0
 
@@ -133,6 +135,34 @@ sys.stdin.read()
 """
 
 
+# A host whose intent lines outgrow the space its files start with: a call and an answer of
+# 600 kB (more than `_MAPPED`) each time; with mode "grown" it is killed with those lines
+# in the file that grew; with "shrunk" that file is committed, given back its space and
+# written again (the flush thread waits an hour: each flush is asked for).
+GROWING_HOST_PROCESS = """
+import os, sys
+from toolscript.host.journal import buffer as journal_buffer
+from toolscript.host.journal import CallAnswer, CallStart, Journal
+
+journal_buffer.FLUSH_INTERVAL = 3600
+journal = Journal.open(sys.argv[1])
+journal.begin_script("s-1", "main", 1, "await send(text='a')", 1.0)
+
+def call(i):
+    journal.record_calls([CallStart(f"c-{i}", "s-1", "main", "send", f"text='{i}'", 2.0)])
+    frame = b'{"n":%d,"v":"' % i + b"x" * 600_000 + b'"}'
+    journal.record_answers([CallAnswer(f"c-{i}", 3.0, False, f"'{i}'", frame)])
+
+call(1)
+if sys.argv[3] == "shrunk":
+    journal.flush()  # c-1 to SQLite; its file is emptied, lines go to the other one
+    call(2)
+    journal.flush()  # c-2 too; the file of c-2 is emptied and given back its space
+    call(3)  # in the file of c-1, emptied and given back its space by the first flush
+os.write(int(sys.argv[2]), b"ready")
+sys.stdin.read()
+"""
+
 TAKING_OVER_HOST_PROCESS = """
 import os, sys
 from toolscript.host.journal import buffer as journal_buffer
@@ -159,6 +189,11 @@ def start(call_id: str, script_id: str | None = "s-1", shell: str = "main") -> C
 
 def intent_files(path: Path) -> list[Path]:
     return sorted(path.parent.glob(f"{path.name}-host*.intents"))
+
+
+def held(intents: Path) -> bytes:
+    """The lines an intent file holds: what precedes the zeros of its unused space."""
+    return intents.read_bytes().rstrip(b"\0")
 
 
 @contextmanager
@@ -486,6 +521,34 @@ def test_answers_and_fates_a_killed_host_never_flushed_are_replayed_from_its_int
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("mode", ["grown", "shrunk"])
+def test_intent_lines_longer_than_an_intent_files_space_survive_a_kill(
+    tmp_path: Path, mode: str
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with host_process(path, GROWING_HOST_PROCESS, mode) as process:
+        if mode == "shrunk":  # the file of c-2 gave its space back; c-3's grew again
+            assert sorted(f.stat().st_size > _MAPPED for f in intent_files(path)) == [
+                False,
+                True,
+            ]
+        kill(process)
+
+    made = ["c-1"] if mode == "grown" else ["c-1", "c-2", "c-3"]
+    with Journal.open(path) as journal:
+        calls = journal.calls()
+        assert [c.call_id for c in calls] == made
+        assert all(c.answer_brief == f"'{c.call_id[2:]}'" for c in calls)
+    db = sqlite3.connect(path)
+    try:
+        frames = dict(db.execute("SELECT call_id, length(answer_frame) FROM calls").fetchall())
+    finally:
+        db.close()
+    # Each answer's whole frame, kept for a host that would take the script back.
+    assert frames == dict.fromkeys(made, 600_000 + len(b'{"n":1,"v":""}'))
+
+
+@pytest.mark.timeout(30)
 def test_an_answer_a_killed_host_gave_a_call_it_took_over_is_replayed_onto_that_calls_row(
     tmp_path: Path,
 ) -> None:
@@ -596,8 +659,9 @@ def test_a_torn_last_intent_line_is_ignored_and_the_lines_before_it_recovered(
     path = tmp_path / "journal.sqlite3"
     with host_process(path, UNFLUSHED_HOST_PROCESS, "unflushed") as process:
         kill(process)
-    [written] = [f for f in intent_files(path) if f.stat().st_size > 0]
-    with written.open("ab") as intents:
+    [written] = [f for f in intent_files(path) if held(f)]
+    with written.open("r+b") as intents:
+        intents.seek(len(held(written)))  # right after the last whole line
         intents.write(b'[[99,"c","c-torn","s-1","main","send","text=')  # cut by the kill
 
     with Journal.open(path) as journal:
@@ -617,7 +681,7 @@ def test_intent_files_stay_small_and_are_removed_on_close(tmp_path: Path) -> Non
         journal.record_answers([CallAnswer(call_id, NOW + 1, False, "'ok'")])
         journal.settle_calls([CallFate(call_id, "seen", None)])
         if i % 500 == 499:
-            largest = max(largest, sum(f.stat().st_size for f in intent_files(path)))
+            largest = max(largest, sum(len(held(f)) for f in intent_files(path)))
             journal.flush()
     line = len(  # a call's three lines: made, answered, settled
         b'[[1,"c","c-9999","s-1","main","send","text=\'hi\'",1700000000.0]]\n'
@@ -627,7 +691,9 @@ def test_intent_files_stay_small_and_are_removed_on_close(tmp_path: Path) -> Non
     # At most the lines of the batch last written and of the one being recorded: the size of
     # a thousand calls' lines, not of ten thousand.
     assert 0 < largest <= 1000 * (line + 12)
-    assert sum(f.stat().st_size for f in intent_files(path)) <= 1000 * (line + 12)
+    assert sum(len(held(f)) for f in intent_files(path)) <= 1000 * (line + 12)
+    # What holds them is allocated at its least size, or grown for a burst and given back.
+    assert all(f.stat().st_size <= _MAPPED for f in intent_files(path))
     journal.end_script("s-1", "ok", NOW + 2)
     assert len(journal.calls(script_id="s-1")) == 10_000
     journal.close()
@@ -1160,3 +1226,45 @@ def test_a_journal_made_from_a_path_says_to_open_it(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match=r"Journal\.open\(path\)"):
         Journal(str(tmp_path / "journal.sqlite3"), None)  # type: ignore[arg-type]
     assert not (tmp_path / "journal.sqlite3").exists()
+
+
+@pytest.mark.parametrize("refusal", [errno.EOPNOTSUPP, errno.ENOSPC])
+def test_intent_files_that_cannot_be_allocated_take_each_line_by_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusal: int
+) -> None:
+    # A file system that cannot allocate ahead (or a disk too full to, at open): the lines
+    # are written one `write` each, and the files hold just them.
+    def cannot(*args: object) -> None:
+        raise OSError(refusal, os.strerror(refusal))
+
+    monkeypatch.setattr(os, "posix_fallocate", cannot)
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        journal.begin_script("s-1", "main", 1, "a()", NOW)
+        journal.record_calls([start("c-1")])
+        journal.record_answers([CallAnswer("c-1", NOW + 1, False, "'ok'")])
+        lines = b"".join(f.read_bytes() for f in intent_files(path))
+        assert b"\0" not in lines
+        assert [line.split(b",")[1] for line in lines.splitlines()] == [b'"s"', b'"c"', b'"a"']
+        journal.flush()
+        assert all(f.stat().st_size == 0 for f in intent_files(path))
+        assert [(c.call_id, c.answer_brief) for c in journal.calls()] == [("c-1", "'ok'")]
+
+
+def test_a_line_an_intent_file_cannot_grow_for_on_a_full_disk_is_not_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with Journal.open(path) as journal:
+        journal.begin_script("s-1", "main", 1, "a()", NOW)
+        monkeypatch.setattr(os, "posix_fallocate", disk_full)
+        with pytest.raises(OSError) as raised:
+            journal.record_calls([CallStart("c-big", "s-1", "main", "send", "x" * _MAPPED, NOW)])
+        assert raised.value.errno == errno.ENOSPC
+        journal.record_calls([start("c-1")])  # one that fits is recorded as ever
+        monkeypatch.undo()
+        assert [c.call_id for c in journal.calls()] == ["c-1"]
+
+
+def disk_full(*args: object) -> NoReturn:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -8,8 +8,9 @@ What is durable, and when:
 
 - When `record_calls`, `record_answers`, `settle_calls` or `begin_script` returns, what it
   recorded is in this host's intent file, an append-only file beside the database
-  (`<journal>-host<N>-a.intents` and `-b.intents`): written with one `write`, so in the
-  operating system's hands, and a kill of the host process (even by SIGKILL) cannot lose it.
+  (`<journal>-host<N>-a.intents` and `-b.intents`): copied into the file's shared map (or,
+  where the file system cannot map it, written with one `write`), so in the operating
+  system's page cache, and a kill of the host process (even by SIGKILL) cannot lose it.
   The next `Journal.open` of the same file (or the next query for uncertain calls) by another
   host replays the intent files of a host that is gone into the database, then marks its
   calls left in flight `host_gone`.
