@@ -17,7 +17,8 @@ from toolscript.kernel import busypoll as busypoll_module
 from toolscript.kernel.busypoll import (
     MAX_DOUBLINGS,
     MISSES_BEFORE_BACKING_OFF,
-    RETRY_EVERY,
+    RETRY_PERIOD,
+    RETRY_SLOT,
     WORTH,
     BusyPoll,
 )
@@ -98,56 +99,108 @@ def test_a_zero_timeout_keeps_the_due_reply_for_the_real_sleep() -> None:
     assert poll.due  # still due: the loop had work, it did not sleep yet
 
 
-def test_replies_that_keep_coming_late_make_it_poll_only_now_and_then() -> None:
-    poll = BusyPoll(window=0.0005)
-    for _ in range(MISSES_BEFORE_BACKING_OFF):
-        poll.expect()
-        poll.select(FakeSelect(empty=None), None)
-    armed = 0
-    for _ in range(RETRY_EVERY * 3):
-        poll.expect()
-        armed += bool(poll.due)
-        poll.due = 0.0
-    assert armed == 3
-    poll.expect()
-    while not poll.due:
-        poll.expect()
-    assert poll.select(FakeSelect(empty=0), None) == ["event"]
-    assert poll.misses == 0  # a reply in time: polling is back for every reply
+class Clock:
+    """`time.perf_counter` for `busypoll`, read from `now`."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 1000.0
+        monkeypatch.setattr(busypoll_module.time, "perf_counter", lambda: self.now)
+
+    def to_a_slot(self) -> float:
+        """Move to just after the start of a retry slot of every period; return that time."""
+        longest = RETRY_PERIOD * (1 << MAX_DOUBLINGS)
+        self.now = (self.now // longest + 1) * longest + STEP / 2
+        return self.now
 
 
-def late_replies(poll: BusyPoll, reply: str, count: int) -> None:
+STEP = RETRY_SLOT / 5
+"""Expects this far apart: five in each retry slot."""
+
+
+def late_replies(poll: BusyPoll, clock: Clock, reply: str, count: int) -> None:
+    """`count` replies of kind `reply` expected, each late if it was polled for."""
+
+    def nothing_in_time(timeout: float | None) -> list[Any]:
+        clock.now += 1.0  # the window passes with nothing ready
+        return []
+
     for _ in range(count):
         poll.expect(reply)
         if poll.due:
-            poll.select(FakeSelect(empty=None), None)
+            poll.select(nothing_in_time, None)
 
 
-def armed_in(poll: BusyPoll, reply: str, expects: int) -> int:
-    armed = 0
-    for _ in range(expects):
+def armed_over(poll: BusyPoll, clock: Clock, reply: str, seconds: float) -> list[float]:
+    """The times, over `seconds` from a slot's start, at which an expected reply of kind
+    `reply` would have been polled for, expecting one every `STEP` (found at once)."""
+    start = clock.to_a_slot()
+    armed = []
+    for i in range(round(seconds / STEP)):
+        clock.now = start + i * STEP
         poll.expect(reply)
-        armed += bool(poll.due)
+        if poll.due:
+            armed.append(round(i * STEP, 9))
         poll.due = 0.0
     return armed
 
 
-def test_a_tool_whose_replies_keep_coming_late_does_not_stop_polling_for_another() -> None:
-    poll = BusyPoll(window=0.0005)
-    late_replies(poll, "slow_server.search", MISSES_BEFORE_BACKING_OFF)
-    assert armed_in(poll, "slow_server.search", RETRY_EVERY) == 1
-    assert armed_in(poll, "lookup", RETRY_EVERY) == RETRY_EVERY  # never late: every time
-    assert armed_in(poll, "slow_server.search", RETRY_EVERY * 2) == 2  # still backed off
+def slots(period: float, periods: int) -> list[float]:
+    """The times `armed_over` finds armed when only the retry slots are polled."""
+    return [round(p * period + i * STEP, 9) for p in range(periods) for i in range(5)]
 
 
-def test_each_retry_that_is_late_again_makes_the_next_one_wait_twice_as_long() -> None:
-    poll = BusyPoll(window=0.0005)
-    late_replies(poll, "slow", MISSES_BEFORE_BACKING_OFF)
-    late_replies(poll, "slow", RETRY_EVERY)  # one of them was polled for, and was late
-    assert armed_in(poll, "slow", RETRY_EVERY * 2 * 3) == 3
-    late_replies(poll, "slow", RETRY_EVERY << MAX_DOUBLINGS + 2)  # late at every retry
-    every = RETRY_EVERY << MAX_DOUBLINGS
-    assert armed_in(poll, "slow", every * 2) == 2  # the wait grows no further
+def backed_off(window: float, reply: str = "") -> BusyPoll:
+    poll = BusyPoll(window=window)
+    for _ in range(MISSES_BEFORE_BACKING_OFF):
+        poll.expect(reply)
+        poll.select(FakeSelect(empty=None), None)
+    assert poll.misses == MISSES_BEFORE_BACKING_OFF
+    return poll
+
+
+def test_replies_that_keep_coming_late_make_it_poll_only_in_the_retry_slots(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    poll = backed_off(window=0.0005)
+    clock = Clock(monkeypatch)
+    # Only in the first RETRY_SLOT of each RETRY_PERIOD: at the same moments as the other
+    # side, whose clock is the same.
+    assert armed_over(poll, clock, "", 3 * RETRY_PERIOD) == slots(RETRY_PERIOD, 3)
+    clock.to_a_slot()
+    poll.expect()
+    assert poll.due
+    assert poll.select(FakeSelect(empty=0), None) == ["event"]
+    assert poll.misses == 0  # a reply in time: polling is back for every reply
+    assert len(armed_over(poll, clock, "", RETRY_PERIOD)) == round(RETRY_PERIOD / STEP)
+
+
+def test_a_tool_whose_replies_keep_coming_late_does_not_stop_polling_for_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    poll = backed_off(window=0.0005, reply="slow_server.search")
+    clock = Clock(monkeypatch)
+    assert armed_over(poll, clock, "slow_server.search", RETRY_PERIOD) == slots(RETRY_PERIOD, 1)
+    expected = round(RETRY_PERIOD / STEP)
+    assert len(armed_over(poll, clock, "lookup", RETRY_PERIOD)) == expected  # every time
+    assert armed_over(poll, clock, "slow_server.search", 2 * RETRY_PERIOD) == slots(
+        RETRY_PERIOD, 2
+    )  # still backed off
+
+
+def test_each_late_retry_makes_the_retry_period_twice_as_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    poll = backed_off(window=0.0005, reply="slow")
+    clock = Clock(monkeypatch)
+    clock.to_a_slot()
+    late_replies(poll, clock, "slow", 1)  # a retry, late
+    assert poll.misses == MISSES_BEFORE_BACKING_OFF + 1
+    assert armed_over(poll, clock, "slow", 4 * RETRY_PERIOD) == slots(2 * RETRY_PERIOD, 2)
+    for _ in range(MAX_DOUBLINGS + 2):  # late at every retry
+        clock.to_a_slot()
+        late_replies(poll, clock, "slow", 1)
+    longest = RETRY_PERIOD * (1 << MAX_DOUBLINGS)
+    assert armed_over(poll, clock, "slow", 2 * longest) == slots(longest, 2)  # no longer
 
 
 def test_a_window_of_zero_never_polls() -> None:

@@ -19,9 +19,21 @@ beside it still is.
 
 Polling must never cost more CPU than the wake-ups it saves. A reply found within `WORTH`
 saved a wake-up and cost less; one found later, or not at all, cost its polling and the
-wake-up too. So the window is short (a few wake-ups' worth, by default), two late replies
-in a row are enough to back off, and a retry while backed off polls for `WORTH` at most: it
-only asks whether replies come in time again, which a longer poll cannot tell better.
+wake-up too. So the window is short (a few wake-ups' worth, by default), and two late
+replies in a row are enough to back off.
+
+Goal: polling comes back once replies can come in time again. What fails: a retry by one
+side alone. A reply comes in time only when the other side was polling too (awake, on warm
+caches) when the message it answers arrived; once both sides have backed off, a retry by
+either finds the other asleep and is late, so both stay backed off, for thousands of calls
+at a time, on a machine where polling saves half of every call (bench/README.md, eleventh
+pass: a run of sequential calls switched between 36 and 108 µs a call, every few thousand
+calls). What we do: while backed off, each side polls again for the replies it expects in
+the first `RETRY_SLOT` of every `RETRY_PERIOD` of the monotonic clock, which the host and
+its kernels share, so that both sides retry at once: within a slot, the second round trip
+finds both awake. Each slot whose replies are late again doubles the period (up to
+`MAX_DOUBLINGS` times), so where replies are slow for good (a loaded machine, a slow tool)
+retrying costs a few windows in every `RETRY_PERIOD << MAX_DOUBLINGS` seconds.
 """
 
 from __future__ import annotations
@@ -39,8 +51,13 @@ MAX_WINDOW = 0.01
 MISSES_BEFORE_BACKING_OFF = 2
 """Late replies in a row that come before polling is tried only now and then."""
 
-RETRY_EVERY = 16
-"""While backed off, one expected reply in this many is polled for, at first."""
+RETRY_PERIOD = 0.004
+"""While backed off, the replies expected in the first `RETRY_SLOT` of every this many
+seconds of the monotonic clock are polled for, at first."""
+
+RETRY_SLOT = 0.0005
+"""Seconds at the start of each `RETRY_PERIOD` in which a side that backed off polls again:
+a few round trips, so that both sides are awake for at least one."""
 
 WORTH = 0.00003
 """Seconds of polling a reply is worth: about what a wake-up costs on these machines (the
@@ -49,43 +66,41 @@ found only after polling longer cost more CPU than the wake-up it saved, and cou
 (On a loaded machine the other side waits for a core, and replies come that way.)"""
 
 MAX_DOUBLINGS = 4
-"""Each retry that is late again doubles the wait for the next, this many times at most."""
+"""Each late reply while backed off doubles `RETRY_PERIOD`, this many times at most."""
 
 
 class BusyPoll:
     """When a reply is due (`expect()`), `select` polls before it sleeps.
 
-    `window` is in seconds; 0 turns polling off. `misses` and `skipped` count for the kind of
-    reply expected last; the other kinds' counts wait in `_others`.
+    `window` is in seconds; 0 turns polling off. `misses` counts late replies in a row of
+    the kind expected last; the other kinds' counts wait in `_others`.
     """
 
-    __slots__ = ("_others", "due", "misses", "reply", "skipped", "window")
+    __slots__ = ("_others", "due", "misses", "reply", "window")
 
     def __init__(self, window: float = 0.0) -> None:
         self.window = window
         self.due = 0.0
         self.misses = 0
-        self.skipped = 0
         self.reply = ""
-        self._others: dict[str, tuple[int, int]] = {}
+        self._others: dict[str, int] = {}
 
     def expect(self, reply: str = "") -> None:
         """A reply of kind `reply` (a tool's key, or "" for any other) is due soon: the next
-        sleep polls first, for up to `window` seconds, unless that kind keeps coming late."""
+        sleep polls first, for up to `window` seconds, unless that kind keeps coming late
+        (then only in the retry slots: see the module's docstring)."""
         if self.window <= 0:
             return
         if reply != self.reply:
-            self._others[self.reply] = (self.misses, self.skipped)
-            self.misses, self.skipped = self._others.pop(reply, (0, 0))
+            self._others[self.reply] = self.misses
+            self.misses = self._others.pop(reply, 0)
             self.reply = reply
+        now = time.perf_counter()
         if self.misses >= MISSES_BEFORE_BACKING_OFF:
-            self.skipped += 1
             late = min(self.misses - MISSES_BEFORE_BACKING_OFF, MAX_DOUBLINGS)
-            if self.skipped % (RETRY_EVERY << late):
+            if now % (RETRY_PERIOD * (1 << late)) >= RETRY_SLOT:
                 return
-            self.due = time.perf_counter() + min(self.window, WORTH)  # a retry
-            return
-        self.due = time.perf_counter() + self.window
+        self.due = now + self.window
 
     def select(self, select: Callable[[float | None], list[Any]], timeout: float | None) -> Any:
         """`select(timeout)`, polling first when a reply is due."""
