@@ -144,9 +144,10 @@ def armed_over(poll: BusyPoll, clock: Clock, reply: str, seconds: float) -> list
     return armed
 
 
-def slots(period: float, periods: int) -> list[float]:
-    """The times `armed_over` finds armed when only the retry slots are polled."""
-    return [round(p * period + i * STEP, 9) for p in range(periods) for i in range(5)]
+def at_slots(numbers: list[int]) -> list[float]:
+    """The times `armed_over` finds armed when the retry slots `numbers` (counted from its
+    start) are polled in, and nothing else."""
+    return [round(n * RETRY_PERIOD + i * STEP, 9) for n in numbers for i in range(5)]
 
 
 def backed_off(window: float, reply: str = "") -> BusyPoll:
@@ -163,14 +164,15 @@ def test_replies_that_keep_coming_late_make_it_poll_only_in_the_retry_slots(
 ) -> None:
     poll = backed_off(window=0.0005)
     clock = Clock(monkeypatch)
-    # Only in the first RETRY_SLOT of each RETRY_PERIOD: at the same moments as the other
-    # side, whose clock is the same.
-    assert armed_over(poll, clock, "", 3 * RETRY_PERIOD) == slots(RETRY_PERIOD, 3)
+    # Only in the first RETRY_SLOT of a RETRY_PERIOD: at the same moments as the other side,
+    # whose clock is the same. The slot did not bring polling back, so the next is two
+    # periods on.
+    assert armed_over(poll, clock, "", 3 * RETRY_PERIOD) == at_slots([0, 2])
     clock.to_a_slot()
     poll.expect()
     assert poll.due
     assert poll.select(FakeSelect(empty=0), None) == ["event"]
-    assert poll.misses == 0  # a reply in time: polling is back for every reply
+    assert (poll.misses, poll.late) == (0, 0)  # a reply in time: polling is back
     assert len(armed_over(poll, clock, "", RETRY_PERIOD)) == round(RETRY_PERIOD / STEP)
 
 
@@ -179,28 +181,42 @@ def test_a_tool_whose_replies_keep_coming_late_does_not_stop_polling_for_another
 ) -> None:
     poll = backed_off(window=0.0005, reply="slow_server.search")
     clock = Clock(monkeypatch)
-    assert armed_over(poll, clock, "slow_server.search", RETRY_PERIOD) == slots(RETRY_PERIOD, 1)
+    assert armed_over(poll, clock, "slow_server.search", RETRY_PERIOD) == at_slots([0])
     expected = round(RETRY_PERIOD / STEP)
     assert len(armed_over(poll, clock, "lookup", RETRY_PERIOD)) == expected  # every time
-    assert armed_over(poll, clock, "slow_server.search", 2 * RETRY_PERIOD) == slots(
-        RETRY_PERIOD, 2
-    )  # still backed off
+    # Still backed off, its own count of slots kept: two so far, so the next is four on.
+    assert armed_over(poll, clock, "slow_server.search", 8 * RETRY_PERIOD) == at_slots([0, 4])
 
 
-def test_each_late_retry_makes_the_retry_period_twice_as_long(
+def test_each_retry_slot_that_does_not_bring_polling_back_doubles_the_period(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     poll = backed_off(window=0.0005, reply="slow")
     clock = Clock(monkeypatch)
+    longest = 1 << MAX_DOUBLINGS
+    assert armed_over(poll, clock, "slow", 4 * longest * RETRY_PERIOD) == at_slots(
+        [0, *(1 << k for k in range(1, MAX_DOUBLINGS)), *range(longest, 4 * longest, longest)]
+    )
+
+
+def test_a_retry_slot_whose_first_reply_is_late_still_polls_for_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # In a slot where both sides retry, the first reply is late for one of them (the other
+    # woke from a sleep to send it); the second finds both awake.
+    poll = backed_off(window=0.0005, reply="noop")
+    clock = Clock(monkeypatch)
     clock.to_a_slot()
-    late_replies(poll, clock, "slow", 1)  # a retry, late
-    assert poll.misses == MISSES_BEFORE_BACKING_OFF + 1
-    assert armed_over(poll, clock, "slow", 4 * RETRY_PERIOD) == slots(2 * RETRY_PERIOD, 2)
-    for _ in range(MAX_DOUBLINGS + 2):  # late at every retry
-        clock.to_a_slot()
-        late_replies(poll, clock, "slow", 1)
-    longest = RETRY_PERIOD * (1 << MAX_DOUBLINGS)
-    assert armed_over(poll, clock, "slow", 2 * longest) == slots(longest, 2)  # no longer
+    late_replies(poll, clock, "noop", 1)
+    clock.to_a_slot()
+    clock.now -= STEP / 2 - 1e-7  # a slot's very start, so the late reply ends within it
+    late_replies(poll, clock, "noop", 1)
+    assert poll.misses == MISSES_BEFORE_BACKING_OFF + 2
+    clock.now = clock.now // RETRY_PERIOD * RETRY_PERIOD + STEP  # the same slot
+    poll.expect("noop")
+    assert poll.due
+    assert poll.select(FakeSelect(empty=0), None) == ["event"]
+    assert (poll.misses, poll.late) == (0, 0)
 
 
 def test_a_window_of_zero_never_polls() -> None:

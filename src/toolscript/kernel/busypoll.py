@@ -19,8 +19,10 @@ beside it still is.
 
 Polling must never cost more CPU than the wake-ups it saves. A reply found within `WORTH`
 saved a wake-up and cost less; one found later, or not at all, cost its polling and the
-wake-up too. So the window is short (a few wake-ups' worth, by default), and two late
-replies in a row are enough to back off.
+wake-up too. So the window is short (a few wake-ups' worth, by default), and three late
+replies in a row are enough to back off (two backed off where replies come just about in
+time, as on a machine whose round trip is 36 µs with polling and 70 without one side's: a
+kernel's reply there takes 25 µs of polling, often 31-38).
 
 Goal: polling comes back once replies can come in time again. What fails: a retry by one
 side alone. A reply comes in time only when the other side was polling too (awake, on warm
@@ -48,7 +50,7 @@ DEFAULT_WINDOW = 0.0002
 MAX_WINDOW = 0.01
 """A window the kernel is told must be shorter than this, or it does not poll."""
 
-MISSES_BEFORE_BACKING_OFF = 2
+MISSES_BEFORE_BACKING_OFF = 3
 """Late replies in a row that come before polling is tried only now and then."""
 
 RETRY_PERIOD = 0.004
@@ -65,25 +67,29 @@ sleep's system calls, and the work after it run on cold caches: bench/README.md)
 found only after polling longer cost more CPU than the wake-up it saved, and counts as late.
 (On a loaded machine the other side waits for a core, and replies come that way.)"""
 
-MAX_DOUBLINGS = 4
-"""Each late reply while backed off doubles `RETRY_PERIOD`, this many times at most."""
+MAX_DOUBLINGS = 6
+"""Each retry slot that does not bring polling back doubles `RETRY_PERIOD`, this many times
+at most."""
 
 
 class BusyPoll:
     """When a reply is due (`expect()`), `select` polls before it sleeps.
 
-    `window` is in seconds; 0 turns polling off. `misses` counts late replies in a row of
-    the kind expected last; the other kinds' counts wait in `_others`.
+    `window` is in seconds; 0 turns polling off. For the kind of reply expected last,
+    `misses` counts late replies in a row, `late` the retry slots since it backed off, and
+    `slot` is the number of the last of them; the other kinds' wait in `_others`.
     """
 
-    __slots__ = ("_others", "due", "misses", "reply", "window")
+    __slots__ = ("_others", "due", "late", "misses", "reply", "slot", "window")
 
     def __init__(self, window: float = 0.0) -> None:
         self.window = window
         self.due = 0.0
         self.misses = 0
+        self.late = 0
+        self.slot = -1
         self.reply = ""
-        self._others: dict[str, int] = {}
+        self._others: dict[str, tuple[int, int, int]] = {}
 
     def expect(self, reply: str = "") -> None:
         """A reply of kind `reply` (a tool's key, or "" for any other) is due soon: the next
@@ -92,14 +98,21 @@ class BusyPoll:
         if self.window <= 0:
             return
         if reply != self.reply:
-            self._others[self.reply] = self.misses
-            self.misses = self._others.pop(reply, 0)
+            self._others[self.reply] = (self.misses, self.late, self.slot)
+            self.misses, self.late, self.slot = self._others.pop(reply, (0, 0, -1))
             self.reply = reply
         now = time.perf_counter()
         if self.misses >= MISSES_BEFORE_BACKING_OFF:
-            late = min(self.misses - MISSES_BEFORE_BACKING_OFF, MAX_DOUBLINGS)
-            if now % (RETRY_PERIOD * (1 << late)) >= RETRY_SLOT:
+            if now % RETRY_PERIOD >= RETRY_SLOT:
                 return
+            slot = int(now // RETRY_PERIOD)
+            if slot != self.slot:
+                # The first round trip of a slot is late for one side or the other (its
+                # peer woke from a sleep): only a slot that ends backed off counts.
+                if slot % (1 << min(self.late, MAX_DOUBLINGS)):
+                    return
+                self.slot = slot
+                self.late += 1
         self.due = now + self.window
 
     def select(self, select: Callable[[float | None], list[Any]], timeout: float | None) -> Any:
@@ -115,7 +128,10 @@ class BusyPoll:
         while now < end:
             events = select(0)
             if events:
-                self.misses = 0 if now - start <= WORTH else self.misses + 1
+                if now - start <= WORTH:
+                    self.misses = self.late = 0
+                else:
+                    self.misses += 1
                 return events
             now = time.perf_counter()
         if now >= due:
