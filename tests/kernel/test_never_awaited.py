@@ -62,3 +62,26 @@ async def test_two_tools_with_one_name_the_second_is_named_as_not_bound_and_the_
     assert "The tool echo could not be bound and is missing: another tool has the same key" in (
         result.note
     )
+
+
+@pytest.mark.timeout(30)
+async def test_calls_kept_in_a_list_or_a_dict_are_told_once(rt: Runtime) -> None:
+    # The calls of a gather that was never made: each named, none made, told once.
+    shell = rt.shell("s")
+    made = await shell.run(
+        "calls = [echo(x=i) for i in range(3)]\nby_name = {'a': echo(x=9)}\nlen(calls)"
+    )
+    assert made.status == "ok", made.text
+    assert "4 tool call(s) were created but never awaited" in made.note, made.note
+    assert made.calls.made == 0
+    assert NEVER not in (await shell.run("1")).note
+    gathered = await shell.run("import asyncio\nawait asyncio.gather(*calls)")
+    assert gathered.value == "[0, 1, 2]", gathered.text
+    assert NEVER not in gathered.note
+
+
+@pytest.mark.timeout(30)
+async def test_a_large_container_is_looked_into_only_so_far(rt: Runtime) -> None:
+    result = await rt.run("big = list(range(1_000_000)) + [echo(x=1)]\nbig[:1]")
+    assert result.status == "ok", result.text
+    assert NEVER not in result.note  # past the items looked at; told when it is dropped

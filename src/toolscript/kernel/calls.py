@@ -28,7 +28,7 @@ import threading
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
@@ -540,7 +540,9 @@ class CallTable:
     def take_never_awaited(
         self, namespace: dict[str, Any], also: tuple[Any, ...] = ()
     ) -> list[str]:
-        """Tool calls created but never awaited: dropped ones, and ones left in variables.
+        """Tool calls created but never awaited: dropped ones, and ones left in variables,
+        directly or in a list, tuple, set or dict's values held by one (the calls of a
+        `gather` that was never made).
 
         Each is told once. One left in a variable is told at the end of the script that left
         it there, and not again when it is finally dropped: a weak reference's callback (run
@@ -548,7 +550,7 @@ class CallTable:
         """
         found = self.never_awaited
         self.never_awaited = []
-        for value in (*namespace.values(), *also):
+        for value in _held((*namespace.values(), *also)):
             if (
                 type(value) is CoroutineType
                 and value.__qualname__ in self.tool_qualnames
@@ -565,6 +567,27 @@ class CallTable:
     def _forget(self, key: int, _reference: object) -> None:
         self._told_alive.pop(key, None)
         self._told_dead.add(key)
+
+
+_CONTAINERS = (list, tuple, set, frozenset)
+_LOOKED_INTO = 10_000
+"""Items of each container that `_held` looks at: a script's large data costs no more."""
+
+
+def _held(values: tuple[Any, ...]) -> Iterator[Any]:
+    """`values`, and the items of those that are built-in containers (a dict's values), one
+    level down and at most `_LOOKED_INTO` of each: exact types only, so no code of the
+    script's runs. A container a thread of the script changes meanwhile is left as it is."""
+    for value in values:
+        yield value
+        kind = type(value)
+        items = value if kind in _CONTAINERS else value.values() if kind is dict else None
+        if items is not None:
+            try:
+                inside = list(itertools.islice(items, _LOOKED_INTO))
+            except RuntimeError:  # changed size during iteration
+                continue
+            yield from inside
 
 
 _MAIN_THREAD = threading.main_thread().ident
