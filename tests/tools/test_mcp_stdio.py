@@ -13,9 +13,11 @@ from typing import Any
 import anyio
 import pytest
 import pytest_asyncio
+from mcp.shared.message import SessionMessage
+from mcp_types import JSONRPCRequest
 
 from toolscript.tools.mcp import MCPTools, stdio
-from toolscript.tools.mcp.stdio import ServerOutput
+from toolscript.tools.mcp.stdio import ServerInput, ServerOutput
 from toolscript.tools.spec import SourceGone, ToolOutcome
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -181,6 +183,38 @@ async def test_an_unfinished_last_line_is_not_a_message_and_the_stream_ends() ->
     output = ServerOutput(_Chunks([_line(1) + b'{"jsonrpc": "2.0", "id": 2']))
     first = await output.receive()
     assert getattr(getattr(first, "message", None), "id", None) == 1
+    with pytest.raises(anyio.EndOfStream):
+        await output.receive()
+
+
+class _Lines(anyio.abc.ByteSendStream):
+    """A stdin that is not asyncio's stream: what is sent is kept; `gone` fails each send."""
+
+    def __init__(self, gone: bool = False) -> None:
+        self.sent: list[bytes] = []
+        self.gone = gone
+
+    async def send(self, item: bytes) -> None:
+        if self.gone:
+            raise anyio.BrokenResourceError
+        self.sent.append(item)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _request(n: int) -> SessionMessage:
+    return SessionMessage(message=JSONRPCRequest(jsonrpc="2.0", id=n, method="ping"))
+
+
+@pytest.mark.timeout(10)
+async def test_a_stdin_that_is_not_asyncios_stream_is_written_through_its_own_send() -> None:
+    stdin = _Lines()
+    output = ServerOutput(_Chunks([]))
+    await ServerInput(stdin, output).send(_request(1))
+    assert stdin.sent == [b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n']
+    gone = ServerInput(_Lines(gone=True), output)
+    await gone.send(_request(2))  # the server is gone: its output ends, nothing raises
     with pytest.raises(anyio.EndOfStream):
         await output.receive()
 

@@ -171,6 +171,14 @@ class ServerOutput(MessageReader):
             await self._stdout.aclose()
 
 
+# Goal: a request goes to the server without a pass of the event loop of its own. What
+# fails: anyio's `send` on the process's stdin, which after its write and `drain` always
+# yields to the loop once more (a "checkpoint"), so every MCP call paid a pass of the loop
+# (a `select` and its bookkeeping) between its request and its answer. What we do: write
+# to the asyncio `StreamWriter` under anyio's stream and `drain` it, which waits only while
+# the pipe is full and raises once the server is gone, as anyio's `send` did; the session's
+# own checkpoint before its write still delivers a cancellation. Where the stream is not
+# asyncio's, anyio's `send` is used as before.
 class ServerInput:
     """The server's stdin as the session writes it: one JSON line per message. A write that
     fails (the server is gone) ends `output`, as `stdio_client` ends its read stream."""
@@ -178,12 +186,22 @@ class ServerInput:
     def __init__(self, stdin: ByteSendStream, output: ServerOutput) -> None:
         self._stdin = stdin
         self._output = output
+        writer = getattr(stdin, "_stream", None)  # anyio's wrapper of asyncio's stream
+        self._writer = writer if isinstance(writer, asyncio.StreamWriter) else None
 
     async def send(self, message: SessionMessage, /) -> None:
-        line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+        line = message.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        writer = self._writer
         try:
-            await self._stdin.send(line.encode() + b"\n")
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            if writer is None:
+                await self._stdin.send(line + b"\n")
+            elif writer.transport.is_closing():
+                raise anyio.BrokenResourceError
+            else:
+                writer.writelines((line, b"\n"))
+                await writer.drain()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, RuntimeError):
+            # RuntimeError: uvloop's write to a pipe that is closed
             await self._output.end()
 
     async def aclose(self) -> None:
