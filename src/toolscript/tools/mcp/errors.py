@@ -8,6 +8,7 @@ was sent, so its effect is unknown).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import httpx2
@@ -130,9 +131,10 @@ def failure_reason(exc: BaseException, cwd: str | None = None) -> str:
     if (
         cwd is not None
         and isinstance(exc, FileNotFoundError | NotADirectoryError)
-        and (exc.filename == cwd)
+        # uvloop's spawn names no file: the folder is looked at instead
+        and (exc.filename == cwd or (exc.filename is None and not os.path.isdir(cwd)))
     ):
-        return f"its working folder (cwd) does not exist or is not a folder ({exc.filename})"
+        return f"its working folder (cwd) does not exist or is not a folder ({cwd})"
     if isinstance(exc, FileNotFoundError):
         return f"the command was not found ({exc.filename or exc})"
     if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
