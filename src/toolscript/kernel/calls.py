@@ -571,22 +571,24 @@ class CallTable:
 
 _CONTAINERS = (list, tuple, set, frozenset)
 _LOOKED_INTO = 10_000
-"""Items of each container that `_held` looks at: a script's large data costs no more."""
+"""Items of containers that `_held` looks at, all together: a script's data costs no more."""
 
 
 def _held(values: tuple[Any, ...]) -> Iterator[Any]:
     """`values`, and the items of those that are built-in containers (a dict's values), one
-    level down and at most `_LOOKED_INTO` of each: exact types only, so no code of the
+    level down and at most `_LOOKED_INTO` in all: exact types only, so no code of the
     script's runs. A container a thread of the script changes meanwhile is left as it is."""
+    left = _LOOKED_INTO
     for value in values:
         yield value
         kind = type(value)
         items = value if kind in _CONTAINERS else value.values() if kind is dict else None
-        if items is not None:
+        if items is not None and left > 0:
             try:
-                inside = list(itertools.islice(items, _LOOKED_INTO))
+                inside = list(itertools.islice(items, left))
             except RuntimeError:  # changed size during iteration
                 continue
+            left -= len(inside)
             yield from inside
 
 
