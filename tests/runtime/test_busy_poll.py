@@ -17,8 +17,10 @@ from toolscript.kernel import busypoll as busypoll_module
 from toolscript.kernel.busypoll import (
     MAX_DOUBLINGS,
     MISSES_BEFORE_BACKING_OFF,
+    RETRY_BURST,
     RETRY_PERIOD,
     RETRY_SLOT,
+    RETRY_WORTH,
     WORTH,
     BusyPoll,
 )
@@ -114,14 +116,14 @@ class Clock:
 
 
 STEP = RETRY_SLOT / 5
-"""Expects this far apart: five in each retry slot."""
+"""Expects this far apart: five in each retry slot, more than a retry's `RETRY_BURST`."""
 
 
 def late_replies(poll: BusyPoll, clock: Clock, reply: str, count: int) -> None:
     """`count` replies of kind `reply` expected, each late if it was polled for."""
 
     def nothing_in_time(timeout: float | None) -> list[Any]:
-        clock.now += 1.0  # the window passes with nothing ready
+        clock.now += RETRY_PERIOD * 5 / 8  # the window passes with nothing ready, past the slot
         return []
 
     for _ in range(count):
@@ -145,9 +147,9 @@ def armed_over(poll: BusyPoll, clock: Clock, reply: str, seconds: float) -> list
 
 
 def at_slots(numbers: list[int]) -> list[float]:
-    """The times `armed_over` finds armed when the retry slots `numbers` (counted from its
-    start) are polled in, and nothing else."""
-    return [round(n * RETRY_PERIOD + i * STEP, 9) for n in numbers for i in range(5)]
+    """The times `armed_over` finds armed when retries begin in the slots `numbers` (counted
+    from its start), and nothing else: the first `RETRY_BURST` expects of each."""
+    return [round(n * RETRY_PERIOD + i * STEP, 9) for n in numbers for i in range(RETRY_BURST)]
 
 
 def backed_off(window: float, reply: str = "") -> BusyPoll:
@@ -164,9 +166,9 @@ def test_replies_that_keep_coming_late_make_it_poll_only_in_the_retry_slots(
 ) -> None:
     poll = backed_off(window=0.0005)
     clock = Clock(monkeypatch)
-    # Only in the first RETRY_SLOT of a RETRY_PERIOD: at the same moments as the other side,
-    # whose clock is the same. The slot did not bring polling back, so the next is two
-    # periods on.
+    # A retry of RETRY_BURST replies begins in the first RETRY_SLOT of a RETRY_PERIOD: at the
+    # same moments as the other side's, whose clock is the same. It did not bring polling
+    # back, so the next is two periods on.
     assert armed_over(poll, clock, "", 3 * RETRY_PERIOD) == at_slots([0, 2])
     clock.to_a_slot()
     poll.expect()
@@ -199,24 +201,53 @@ def test_each_retry_slot_that_does_not_bring_polling_back_doubles_the_period(
     )
 
 
-def test_a_retry_slot_whose_first_reply_is_late_still_polls_for_the_next(
+def test_a_retry_whose_first_reply_is_late_polls_for_the_next_past_its_slot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # In a slot where both sides retry, the first reply is late for one of them (the other
-    # woke from a sleep to send it); the second finds both awake.
+    # When both sides retry, the first reply is late for one of them (the other woke from a
+    # sleep to send it, which can take longer than the slot); the next finds both awake.
     poll = backed_off(window=0.0005, reply="noop")
     clock = Clock(monkeypatch)
     clock.to_a_slot()
     late_replies(poll, clock, "noop", 1)
-    clock.to_a_slot()
-    clock.now -= STEP / 2 - 1e-7  # a slot's very start, so the late reply ends within it
-    late_replies(poll, clock, "noop", 1)
-    assert poll.misses == MISSES_BEFORE_BACKING_OFF + 2
-    clock.now = clock.now // RETRY_PERIOD * RETRY_PERIOD + STEP  # the same slot
+    assert poll.misses == MISSES_BEFORE_BACKING_OFF + 1
+    assert clock.now % RETRY_PERIOD > RETRY_SLOT  # the slot is over
     poll.expect("noop")
     assert poll.due
     assert poll.select(FakeSelect(empty=0), None) == ["event"]
-    assert (poll.misses, poll.late) == (0, 0)
+    assert (poll.misses, poll.late, poll.burst) == (0, 0, 0)
+
+
+def test_a_retrys_reply_counts_in_time_up_to_retry_worth_and_a_polled_one_up_to_worth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A side that has just woken answers slower than one that polls all along.
+    between = (WORTH + RETRY_WORTH) / 2
+    poll = backed_off(window=0.0005, reply="noop")
+    clock = Clock(monkeypatch)
+    ticks = iter(range(10**6))
+    start = clock.to_a_slot()
+    poll.expect("noop")
+    assert poll.due
+
+    def found_after(seconds: float) -> Any:
+        """A selector with nothing ready until `seconds` of polling have passed."""
+
+        def select(timeout: float | None) -> list[Any]:
+            tick = next(ticks)
+            if tick == 1:
+                clock.now = start + seconds
+            return ["event"] if tick >= 2 else []
+
+        return select
+
+    assert poll.select(found_after(between), None) == ["event"]
+    assert (poll.misses, poll.late) == (0, 0)  # a retry's reply in time: polling is back
+    clock.now = start = clock.to_a_slot()
+    ticks = iter(range(10**6))
+    poll.expect("noop")
+    assert poll.select(found_after(between), None) == ["event"]
+    assert poll.misses == 1  # polling all along, the same wait is late
 
 
 def test_a_window_of_zero_never_polls() -> None:

@@ -30,12 +30,16 @@ caches) when the message it answers arrived; once both sides have backed off, a 
 either finds the other asleep and is late, so both stay backed off, for thousands of calls
 at a time, on a machine where polling saves half of every call (bench/README.md, eleventh
 pass: a run of sequential calls switched between 36 and 108 µs a call, every few thousand
-calls). What we do: while backed off, each side polls again for the replies it expects in
-the first `RETRY_SLOT` of every `RETRY_PERIOD` of the monotonic clock, which the host and
-its kernels share, so that both sides retry at once: within a slot, the second round trip
-finds both awake. Each slot whose replies are late again doubles the period (up to
-`MAX_DOUBLINGS` times), so where replies are slow for good (a loaded machine, a slow tool)
-retrying costs a few windows in every `RETRY_PERIOD << MAX_DOUBLINGS` seconds.
+calls). What we do: while backed off, each side retries in the same slots of the monotonic
+clock, which the host and its kernels share: its first expected reply in the first
+`RETRY_SLOT` of a `RETRY_PERIOD` begins a retry, and it polls for that one and the next
+`RETRY_BURST - 1` replies it expects, wherever they fall. Both sides begin theirs within a
+round trip of each other, and the round trips of a retry find both awake after the first
+(a retry bound to the slot's end failed where vCPUs that had both slept took 200-500 µs to
+wake: a round trip or less fit in the slot). Each retry that ends backed off doubles the
+period (up to `MAX_DOUBLINGS` times), so where replies are slow for good (a loaded machine,
+a slow tool) retrying costs at most `RETRY_BURST` windows in every
+`RETRY_PERIOD << MAX_DOUBLINGS` seconds.
 """
 
 from __future__ import annotations
@@ -54,12 +58,25 @@ MISSES_BEFORE_BACKING_OFF = 3
 """Late replies in a row that come before polling is tried only now and then."""
 
 RETRY_PERIOD = 0.004
-"""While backed off, the replies expected in the first `RETRY_SLOT` of every this many
-seconds of the monotonic clock are polled for, at first."""
+"""While backed off, a retry begins in the first `RETRY_SLOT` of every this many seconds of
+the monotonic clock, at first."""
 
-RETRY_SLOT = 0.0005
-"""Seconds at the start of each `RETRY_PERIOD` in which a side that backed off polls again:
-a few round trips, so that both sides are awake for at least one."""
+RETRY_SLOT = 0.001
+"""Seconds at the start of each `RETRY_PERIOD` in which a side that backed off begins a
+retry with the first reply it expects: longer than a round trip between sleeping sides,
+so that both begin theirs in the same slot."""
+
+RETRY_WORTH = 0.00006
+"""Seconds of polling a reply found by a retry is worth: it brings polling back if found
+within this, twice `WORTH`. A side that has just woken answers slower than one that has been
+polling all along (its caches are cold), so a retry judged by `WORTH` kept failing where a
+polled reply takes 25 µs and a retried one 31-38 (bench/README.md, eleventh pass); once back,
+three replies past `WORTH` in a row back it off again, so this costs at most a few polls of
+up to `RETRY_WORTH` in each retry period where replies sit between the two."""
+
+RETRY_BURST = 3
+"""Expected replies a retry polls for: the first round trip of a retry is late for one side
+or the other (its peer woke from a sleep to send it); the next ones find both awake."""
 
 WORTH = 0.00003
 """Seconds of polling a reply is worth: about what a wake-up costs on these machines (the
@@ -67,20 +84,21 @@ sleep's system calls, and the work after it run on cold caches: bench/README.md)
 found only after polling longer cost more CPU than the wake-up it saved, and counts as late.
 (On a loaded machine the other side waits for a core, and replies come that way.)"""
 
-MAX_DOUBLINGS = 6
-"""Each retry slot that does not bring polling back doubles `RETRY_PERIOD`, this many times
-at most."""
+MAX_DOUBLINGS = 4
+"""Each retry that does not bring polling back doubles `RETRY_PERIOD`, this many times at
+most."""
 
 
 class BusyPoll:
     """When a reply is due (`expect()`), `select` polls before it sleeps.
 
     `window` is in seconds; 0 turns polling off. For the kind of reply expected last,
-    `misses` counts late replies in a row, `late` the retry slots since it backed off, and
-    `slot` is the number of the last of them; the other kinds' wait in `_others`.
+    `misses` counts late replies in a row, `late` the retries since it backed off, `slot`
+    is the number of the slot of the last of them and `burst` the replies it has still to
+    poll for; the other kinds' wait in `_others`.
     """
 
-    __slots__ = ("_others", "due", "late", "misses", "reply", "slot", "window")
+    __slots__ = ("_others", "burst", "due", "late", "misses", "reply", "slot", "window")
 
     def __init__(self, window: float = 0.0) -> None:
         self.window = window
@@ -88,8 +106,9 @@ class BusyPoll:
         self.misses = 0
         self.late = 0
         self.slot = -1
+        self.burst = 0
         self.reply = ""
-        self._others: dict[str, tuple[int, int, int]] = {}
+        self._others: dict[str, tuple[int, int, int, int]] = {}
 
     def expect(self, reply: str = "") -> None:
         """A reply of kind `reply` (a tool's key, or "" for any other) is due soon: the next
@@ -98,21 +117,22 @@ class BusyPoll:
         if self.window <= 0:
             return
         if reply != self.reply:
-            self._others[self.reply] = (self.misses, self.late, self.slot)
-            self.misses, self.late, self.slot = self._others.pop(reply, (0, 0, -1))
+            self._others[self.reply] = (self.misses, self.late, self.slot, self.burst)
+            self.misses, self.late, self.slot, self.burst = self._others.pop(reply, (0, 0, -1, 0))
             self.reply = reply
         now = time.perf_counter()
         if self.misses >= MISSES_BEFORE_BACKING_OFF:
-            if now % RETRY_PERIOD >= RETRY_SLOT:
-                return
-            slot = int(now // RETRY_PERIOD)
-            if slot != self.slot:
-                # The first round trip of a slot is late for one side or the other (its
-                # peer woke from a sleep): only a slot that ends backed off counts.
-                if slot % (1 << min(self.late, MAX_DOUBLINGS)):
+            if self.burst > 0:
+                self.burst -= 1  # a retry goes on, past its slot if it must
+            else:
+                if now % RETRY_PERIOD >= RETRY_SLOT:
                     return
-                self.slot = slot
+                slot = int(now // RETRY_PERIOD)
+                if slot == self.slot or slot % (1 << min(self.late, MAX_DOUBLINGS)):
+                    return
+                self.slot = slot  # a retry begins
                 self.late += 1
+                self.burst = RETRY_BURST - 1
         self.due = now + self.window
 
     def select(self, select: Callable[[float | None], list[Any]], timeout: float | None) -> Any:
@@ -128,8 +148,11 @@ class BusyPoll:
         while now < end:
             events = select(0)
             if events:
-                if now - start <= WORTH:
-                    self.misses = self.late = 0
+                waited = now - start
+                if waited <= WORTH or (
+                    waited <= RETRY_WORTH and self.misses >= MISSES_BEFORE_BACKING_OFF
+                ):
+                    self.misses = self.late = self.burst = 0
                 else:
                     self.misses += 1
                 return events
