@@ -250,6 +250,21 @@ def test_a_retrys_reply_counts_in_time_up_to_retry_worth_and_a_polled_one_up_to_
     assert poll.misses == 1  # polling all along, the same wait is late
 
 
+def test_a_retry_polls_for_a_reply_no_longer_than_a_retrys_reply_is_worth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A reply found later could not bring polling back: a slow tool's retries cost little.
+    poll = backed_off(window=0.01, reply="slow")
+    clock = Clock(monkeypatch)
+    start = clock.to_a_slot()
+    poll.expect("slow")
+    assert poll.due == pytest.approx(start + RETRY_WORTH)
+    poll.due = 0.0
+    poll.misses = 0
+    poll.expect("slow")
+    assert poll.due == pytest.approx(start + 0.01)  # polling all along: the whole window
+
+
 def test_a_window_of_zero_never_polls() -> None:
     poll = BusyPoll(window=0.0)
     poll.expect()
