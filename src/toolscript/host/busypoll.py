@@ -46,10 +46,12 @@ class LoopPoll:
     def script_ended(self) -> None:
         self.running = max(0, self.running - 1)
 
-    def expect(self) -> None:
-        """A kernel will answer what was just sent: poll for it, if a core is spare."""
+    def expect(self, reply: str = "") -> None:
+        """A kernel will answer what was just sent: poll for it, if a core is spare. `reply`
+        is the kind of frame expected, counted apart as `BusyPoll.expect` says: a script's
+        first frame ("start"), which can take a while, or (by default) the next call."""
         if self._select is not None and self.running < self.cores:
-            self.poll.expect()
+            self.poll.expect(reply)
 
     def _install(self, loop: asyncio.AbstractEventLoop) -> None:
         selector = getattr(loop, "_selector", None)

@@ -455,7 +455,9 @@ class Channel:
             if watch.timer is not None:
                 watch.timer.cancel()
         if self.done is not None and self._busy is not None:
-            self._busy.expect()  # the answer to an exec: the script's own frames follow
+            # The answer to an exec: the script's own frames follow, the first of them after
+            # its start, which says nothing of how soon its calls come after their answers.
+            self._busy.expect("start")
 
     def _stray_done(self, script: object) -> NoReturn:
         named = str(script)[:80]
