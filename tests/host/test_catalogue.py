@@ -139,3 +139,15 @@ async def test_a_handler_returning_a_future_is_awaited_through_it() -> None:
 
     answer = await call(handler)
     assert (answer.kind, answer.value) == ("value", "later")
+
+
+def test_a_call_to_a_tool_of_a_server_that_did_not_start_is_refused_saying_so() -> None:
+    async def answer(args: dict[str, Any]) -> ToolOutcome:
+        raise AssertionError("not called")
+
+    tools = ToolCatalogue(catalogue(answer).specs, 60.0, down={"files": "it exited at once"})
+    assert tools.check("files/read", {}) == (
+        "there is no tool 'files/read': server 'files' did not start: it exited at once"
+    )
+    assert tools.check("mail/send", {}) == "there is no tool 'mail/send'"
+    assert tools.check("t", {}) is None

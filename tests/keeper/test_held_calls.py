@@ -313,3 +313,44 @@ async def test_an_answer_too_large_for_the_journal_to_keep_reaches_the_script_as
         [record] = result.calls.records
         assert (record.fate, record.is_error, record.answered_from_journal) == ("seen", True, True)
     assert len(count(hosts.shared, "effects", "open_account", "a3")) == 1
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    "call", ["transfer(key='g1')", "put(key='g1')"], ids=["plain", "idempotent"]
+)
+async def test_a_call_in_doubt_whose_tool_the_next_host_lacks_stays_in_doubt_not_refused(
+    hosts: Hosts, call: str
+) -> None:
+    # Refused would say it never ran; it ran, and the next host cannot make it again.
+    tool = call.partition("(")[0]
+    await hosts.kill_when("entered-g1", _CATCH.format(call=call), 30)
+
+    async with hosts.runtime(tools=[]) as rt:
+        result = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert result is not None and result.status == "ok", result and result.text
+        assert result.value is not None and "'ToolError', 'in_doubt'" in result.value
+        assert "may have taken effect" in result.value
+        assert f"could not be made again on this host (there is no tool '{tool}')" in result.value
+        [record] = result.calls.records
+        assert (record.tool, record.fate, record.cause) == (tool, "pending", "in_doubt")
+        [uncertain] = rt.journal.uncertain()
+        assert (uncertain.tool, uncertain.call_id) == (tool, record.id)
+    assert len(count(hosts.shared, "attempts", tool, "g1")) == 1
+    assert len(count(hosts.shared, "effects", tool, "g1")) == 1
+
+
+@pytest.mark.timeout(90)
+async def test_an_answer_journaled_for_a_tool_the_next_host_lacks_still_reaches_the_script(
+    hosts: Hosts,
+) -> None:
+    await _journal_an_answer_and_die(hosts, "open_account(key='a4')")
+
+    async with hosts.runtime(tools=[]) as rt:
+        result = await asyncio.wait_for(rt.shell("main").recovered(), WAIT)
+        assert result is not None and result.status == "ok", result and result.text
+        assert result.value == "{'key': 'a4', 'balance': 12.5, 'tags': ['new', None], 'note': ''}"
+        [record] = result.calls.records
+        assert (record.fate, record.answered_from_journal) == ("seen", True)
+        assert rt.journal.uncertain() == []
+    assert len(count(hosts.shared, "effects", "open_account", "a4")) == 1

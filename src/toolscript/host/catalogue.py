@@ -91,6 +91,7 @@ class ToolCatalogue:
             for key, spec in self._specs.items()
         }
         down = dict(down or {})
+        self._down_reasons = down
         spellings = down_server_spellings(self.plans, down)
         self._down = {
             spellings[name]: (name, why) for name, why in down.items() if name in spellings
@@ -141,6 +142,10 @@ class ToolCatalogue:
         """Why a call may not be dispatched, or None when it may."""
         validator = self._validators.get(key)
         if validator is None:
+            server, slash, _ = key.partition("/")
+            why = self._down_reasons.get(server) if slash else None
+            if why is not None:
+                return f"there is no tool {key!r}: server {server!r} did not start: {why}"
             return f"there is no tool {key!r}"
         problem = validator.validate(args, decoded=True)
         if problem is None and key in self._sent_as_json:

@@ -95,7 +95,9 @@ class Dispatcher:
     # - journaled without an answer: in doubt, it may have taken effect. A tool that says a
     #   repeat is safe (`idempotent`, `read_only`) gets it again, with the same idempotency
     #   key; any other is answered `ToolError` with cause `in_doubt`, and the journal and the
-    #   result keep it uncertain.
+    #   result keep it uncertain. So is a call that this host cannot make again (its tool is
+    #   gone, say, or its server did not start, or the arguments no longer fit the tool):
+    #   only a call the old host never dispatched is refused, as any call would be.
 
     def recover(
         self,
@@ -111,22 +113,34 @@ class Dispatcher:
         for n, call, args in self.ledger.recovered(frames, set(journaled)):
             before = journaled.get(call.id)
             key = call.tool
-            problem = self.catalogue.check(key, args)
-            if problem is not None:
-                self.ledger.refuse(n, problem)
-                self.channel.send(Answer("refused", message=problem).to_frame(n))
-            elif before is None and remembered:
-                todo.append((n, key, args, (call.id, call.script, False)))
-            elif before is not None and before.call.answered_at is not None:
+            if before is not None and before.call.answered_at is not None:
+                # It ran and answered: its answer stands, whatever this host's tools are now.
                 self._answer_from_journal(n, key, before)
-            elif self.catalogue.repeat_is_safe(key):
+                continue
+            # Checked against this host's tools only now: a call the host before made is
+            # not refused ("it did not happen") because this host lacks its tool, or its
+            # arguments no longer fit; it stays in doubt.
+            problem = self.catalogue.check(key, args)
+            if before is None and remembered:  # never dispatched: a call like any other
+                if problem is not None:
+                    self.ledger.refuse(n, problem)
+                    self.channel.send(Answer("refused", message=problem).to_frame(n))
+                else:
+                    todo.append((n, key, args, (call.id, call.script, False)))
+            elif problem is None and self.catalogue.repeat_is_safe(key):
                 todo.append((n, key, args, (call.id, call.script, True)))
             else:
-                message = (
-                    f"{key}: the host restarted while this call was in flight; it may have "
-                    "taken effect. It was not made again, since the tool does not say a repeat "
-                    "is safe: check before you repeat it."
-                )
+                message = f"{key}: the host restarted while this call was in flight; it may have taken effect. "
+                if problem is not None:
+                    message += (
+                        f"It could not be made again on this host ({problem}): check before "
+                        "you repeat it."
+                    )
+                else:
+                    message += (
+                        "It was not made again, since the tool does not say a repeat is safe: "
+                        "check before you repeat it."
+                    )
                 if before is None:
                     message += (
                         " (The journal is in memory, so nothing tells whether the host before "
