@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..kernel.keeper import ALIVE_NAME, BOARD, SLOT, SLOT_SIZE, SLOTS
+from ..kernel.keeper import ALIVE_NAME, BOARD, SLOT, SLOT_SIZE, SLOTS, socket_address
 from .command import BOOTSTRAP, KERNEL_DIR, template_command
 from .pids import ended
 from .template import Forked, TemplateError, fail_waiting, read_messages, unsafe_threads
@@ -446,7 +446,8 @@ def _keeper_alive(alive: Path) -> bool:
 def _connect(path: Path) -> socket.socket | None:
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        connection.connect(str(path))
+        with socket_address(str(path)) as address:
+            connection.connect(address)
     except (FileNotFoundError, ConnectionRefusedError):
         connection.close()
         return None

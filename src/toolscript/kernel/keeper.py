@@ -53,6 +53,7 @@ it (one file of the standard library, which the host starts as `toolscript_kerne
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -66,6 +67,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from .control import decode, receive
@@ -208,7 +210,8 @@ class Keeper:
                 os.unlink(partial)
             except FileNotFoundError:
                 pass
-            listener.bind(partial)
+            with socket_address(partial) as address:
+                listener.bind(address)
         os.chmod(partial, 0o600)
         listener.listen(8)
         os.replace(partial, self.path)
@@ -529,6 +532,26 @@ class Keeper:
 
 ALIVE_NAME = "keeper.alive"
 """A file of the state folder every live keeper holds a shared lock on."""
+
+
+# Goal: a state directory as deep as its user likes. What fails: a Unix socket's address
+# holds at most 107 bytes, so binding or connecting to `keeper.sock` in a deeper folder
+# raises "AF_UNIX path too long". What we do: reach the folder through a descriptor of it,
+# as `/proc/self/fd/N/keeper.sock`, which the kernel resolves as the full path.
+_LONGEST_ADDRESS = 107
+
+
+@contextlib.contextmanager
+def socket_address(path: str) -> Iterator[str]:
+    """An address for the Unix socket at `path` that fits in one, for as long as this lasts."""
+    if len(os.fsencode(path)) <= _LONGEST_ADDRESS:
+        yield path
+        return
+    folder = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{folder}/{os.path.basename(path)}"
+    finally:
+        os.close(folder)
 
 
 def main(argv: list[str]) -> None:
