@@ -156,6 +156,70 @@ async def test_another_shells_folder_and_tmp_are_invisible(make_runtime: MakeRun
     assert second.value == "(False, False, ['B'])"
 
 
+_LEAVE_BEHIND = (
+    "import os, socket\n"
+    "open('/dev/shm/left', 'w').write('A-secret')\n"
+    "unix = socket.socket(socket.AF_UNIX)\n"
+    "unix.bind('\\0toolscript-test-A')\n"
+    "unix.listen()\n"
+    "tcp = socket.socket()\n"
+    "tcp.bind(('127.0.0.1', 0))\n"
+    "tcp.listen()\n"
+    "port = tcp.getsockname()[1]\n"
+    "planted = []\n"
+    "try:\n"
+    "    open('/dev/planted', 'w').close()\n"
+    "    planted.append('/dev/planted')\n"
+    "except OSError:\n"
+    "    pass\n"
+    "import ctypes, ctypes.util\n"
+    "libc = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True)\n"
+    "segment = libc.shmget(4242, 4096, 0o1000 | 0o666)  # IPC_CREAT\n"
+    "port, planted, segment >= 0, sorted(os.listdir('/dev/shm'))"
+)
+
+_LOOK_FOR_IT = (
+    "import ctypes, ctypes.util, os, socket\n"
+    "found = []\n"
+    "if os.listdir('/dev/shm'):\n"
+    "    found.append('/dev/shm')\n"
+    "for address, family in (('\\0toolscript-test-A', socket.AF_UNIX),"
+    " (('127.0.0.1', {port}), socket.AF_INET)):\n"
+    "    try:\n"
+    "        socket.socket(family).connect(address)\n"
+    "        found.append(family.name)\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "libc = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True)\n"
+    "if libc.shmget(4242, 0, 0) >= 0:\n"
+    "    found.append('System V')\n"
+    "import multiprocessing\n"
+    "multiprocessing.Lock()  # needs a /dev/shm of its own\n"
+    "mine = socket.socket()\n"
+    "mine.bind(('127.0.0.1', 0))\n"
+    "mine.listen()\n"
+    "socket.create_connection(mine.getsockname(), timeout=2).close()  # its own loopback works\n"
+    "found"
+)
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "spawned"])
+async def test_nothing_one_shell_leaves_in_shared_places_reaches_another(
+    make_runtime: MakeRuntime, fork: bool
+) -> None:
+    # /dev/shm, System V memory, abstract Unix sockets and loopback ports, each of which
+    # lives in a namespace or a mount the interpreters forked from one template would share.
+    runtime = await make_runtime(fork=fork)
+    assert await asyncio.wait_for(runtime.template_ready(), 20) is fork, runtime.template_failure
+    first = await runtime.shell("A").run(_LEAVE_BEHIND)
+    assert first.status == "ok", first.text
+    port, planted, made, listed = eval(first.value or "")
+    assert (made, listed) == (True, ["left"])
+    second = await runtime.shell("B").run(_LOOK_FOR_IT.format(port=port))
+    assert (second.status, second.value) == ("ok", "[]"), second.text
+    assert planted == []  # /dev is read-only: nothing planted there for the next shell
+
+
 async def test_no_connection_reaches_the_hosts_loopback_or_any_network(
     make_runtime: MakeRuntime,
 ) -> None:

@@ -16,9 +16,11 @@ the wheel's is missing), with:
   `toolscript.kernel.init`) holding every shell's folder and the process-count cgroup, which
   each interpreter's init puts in place and then takes out of view.
 
-Inside, each interpreter has its own PID and mount namespaces, a private `/tmp` and its own
-`/proc` (`toolscript.kernel.init`), and its kernel locks itself down before it serves a script:
-its own user namespace, no capabilities, `no_new_privs` and a seccomp filter
+Inside, each interpreter has its own PID, mount, IPC and (unless `network=True`) network
+namespaces, a private `/tmp`, `/dev/shm` and its own `/proc`, a read-only `/dev`
+(`toolscript.kernel.init`): what one interpreter leaves in a place the template's
+interpreters would share reaches no other. Its kernel locks itself down before it serves a
+script: its own user namespace, no capabilities, `no_new_privs` and a seccomp filter
 (`toolscript.kernel.confine`).
 
 Root. A host running as root starts bubblewrap as root, without a user namespace: the
@@ -179,7 +181,10 @@ class Sandbox:
 
     def template_config(self) -> dict[str, Any]:
         """What the kernel's template and init need to know (`toolscript.kernel.init`)."""
-        return {"mounts": [[mount.target, mount.writable] for mount in self._staged()]}
+        return {
+            "mounts": [[mount.target, mount.writable] for mount in self._staged()],
+            "network": self.network,
+        }
 
     def _staged(self) -> list[Mount]:
         # Mounts under /tmp are put in place by each interpreter's init, after its own
@@ -356,6 +361,7 @@ if pid == 0:
         c.mount("none", "/", None, c.MS_REC | c.MS_PRIVATE)
         c.mount("proc", "/proc", "proc", c.MS_NOSUID | c.MS_NODEV | c.MS_NOEXEC)
         c.mount("tmpfs", "/tmp", "tmpfs", c.MS_NOSUID | c.MS_NODEV, "mode=1777")
+        c.private_namespaces(network=sys.argv[2] == "1")
         c.lock_down()
         os._exit(0 if c.capabilities_in_effect() == 0 else 3)
     except BaseException as error:
@@ -450,7 +456,8 @@ async def _probe(sandbox: Sandbox) -> str | None:
         python_paths=python_paths(sys.executable, {}),
         privileged=sandbox.privileged,
     )
-    command = probe.command([sys.executable, "-I", "-S", "-c", _PROBE, confine])
+    network = "1" if sandbox.network else "0"
+    command = probe.command([sys.executable, "-I", "-S", "-c", _PROBE, confine, network])
     try:
         process = await asyncio.create_subprocess_exec(
             *command,

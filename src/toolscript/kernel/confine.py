@@ -8,6 +8,10 @@ namespaces. This module does the rest, per interpreter, with the standard librar
 - `unshare`/`setns`, so each interpreter is PID 1 of its own PID namespace (its `init`) with its
   own mount namespace: a private `/tmp`, its own `/proc`, and only its own shell's folder;
 - `mount`/`umount2`, to put that folder in place and take the folder of every other shell out;
+- `private_namespaces`, so that what one interpreter leaves in the sandbox's shared parts
+  reaches no other: its own IPC namespace (System V memory, semaphores and queues, POSIX
+  queues), network namespace (loopback ports and abstract Unix sockets; not with
+  `network=True`, which shares the host's), a `/dev/shm` of its own and `/dev` read-only;
 - `lock_down`, which every kernel calls before it runs any script: a user namespace of its
   own (any capability left is then good only there, where it owns nothing), every capability
   dropped from all sets and from the bounding set, `no_new_privs`, and a seccomp filter
@@ -23,7 +27,9 @@ itself down never serves a script.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
+import socket
 import struct
 
 CLONE_NEWNS = 0x00020000
@@ -105,6 +111,28 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str = 
 def umount(target: str) -> None:
     """Detach the mount at `target` (lazily, as `umount -l` does)."""
     _check(_libc.umount2(target.encode(), ctypes.c_int(MNT_DETACH)), f"umount {target}")
+
+
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_IFREQ = "16sH22x"  # struct ifreq: the interface's name, then its flags (40 bytes)
+
+
+def private_namespaces(network: bool) -> None:
+    """Give this process (and what it forks) an IPC namespace of its own, a network
+    namespace of its own with its loopback up unless `network`, a private `/dev/shm`, and a
+    read-only `/dev`. Call in a mount namespace of its own, with the capabilities to mount."""
+    unshare(CLONE_NEWIPC | (0 if network else CLONE_NEWNET))
+    if not network:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            asked = struct.pack(_IFREQ, b"lo", 0)
+            flags = struct.unpack(_IFREQ, fcntl.ioctl(probe, _SIOCGIFFLAGS, asked))[1]
+            fcntl.ioctl(probe, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
+    if os.path.isdir("/dev/shm"):
+        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=50%")
+    # Devices stay usable: writing to a device node is no write to the mount that holds it.
+    mount("none", "/dev", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
 def bind(source: str, target: str, *, writable: bool) -> None:

@@ -107,6 +107,7 @@ def become_init(
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o600))
         confine.bind(source, target, writable=bool(writable))
+    confine.private_namespaces(network=config.get("network") is True)
     cgroup = request.get("cgroup")
     path = f"{STAGING}/cgroup/{cgroup}" if isinstance(cgroup, str) and cgroup else None
     processes = request.get("processes")
