@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,23 @@ async def test_the_journal_state_directory_and_home_are_invisible(
         home_file.unlink()
     assert result.status == "ok", result.text
     assert result.value == "([], False)"
+
+
+async def test_a_python_linked_from_a_homes_bin_folder_shows_nothing_else_of_the_home(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    # As `uv python install` and pipx link them (`~/.local/bin`), or a user's own `~/bin`:
+    # the folder above the binary's is no Python prefix, and not to be shown.
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY")
+    (home / "bin" / "python3").symlink_to(os.path.realpath(sys.executable))
+    runtime = await make_runtime(python=str(home / "bin" / "python3"), mounts={})
+    result = await runtime.run(
+        f"import os, sys\nsorted(os.listdir({str(home)!r})), sys.version_info[:2] >= (3, 11)"
+    )
+    assert (result.status, result.value) == ("ok", "(['bin'], True)"), result.text
 
 
 async def test_another_shells_folder_and_tmp_are_invisible(make_runtime: MakeRuntime) -> None:

@@ -28,8 +28,7 @@ def python_paths(python: str, env: Mapping[str, str]) -> list[str]:
         return cached
     found: list[str] = []
     for path in {os.path.abspath(python), os.path.realpath(python)}:
-        binary = os.path.dirname(path)
-        found += [binary, os.path.dirname(binary)]
+        found += _with_prefix(os.path.dirname(path))
     for prefix in list(found):
         config = os.path.join(prefix, "pyvenv.cfg")
         try:
@@ -37,8 +36,7 @@ def python_paths(python: str, env: Mapping[str, str]) -> list[str]:
                 for line in file:
                     name, _, value = line.partition("=")
                     if name.strip() == "home" and value.strip():
-                        home = os.path.realpath(value.strip())
-                        found += [home, os.path.dirname(home)]
+                        found += _with_prefix(os.path.realpath(value.strip()))
         except OSError:
             pass
     for prefix in list(found):
@@ -56,6 +54,22 @@ def python_paths(python: str, env: Mapping[str, str]) -> list[str]:
             paths.append(candidate)
     _paths_cache[key] = paths
     return paths
+
+
+# Goal: the sandbox shows a Python's installation and nothing else of the folders around it.
+# What fails: taking the folder above a Python's binary folder as its prefix: for a Python
+# linked from `~/.local/bin` (as `uv python install` and pipx make them) or kept in `~/bin`,
+# that is `~/.local` or the home itself, with the state directory's journal, keys and
+# keyrings. What we do: the folder above counts only when it is a prefix by Python's own
+# landmarks: a virtual environment's `pyvenv.cfg`, or a standard library's `os.py`.
+def _with_prefix(binary: str) -> list[str]:
+    """`binary` (a folder holding a Python), and the folder above it if that is its prefix."""
+    prefix = os.path.dirname(binary)
+    landmarks = [os.path.join(prefix, "pyvenv.cfg")]
+    landmarks += glob.glob(os.path.join(glob.escape(prefix), "lib*", "python3*", "os.py"))
+    if any(os.path.isfile(landmark) for landmark in landmarks):
+        return [binary, prefix]
+    return [binary]
 
 
 def _pth_folders(pth: str) -> list[str]:
