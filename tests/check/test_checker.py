@@ -97,8 +97,17 @@ async def test_keys_the_script_adds_to_a_result_are_no_finding(tmp_path: Path) -
         ("note |= dict(city='London')", False),
         ("note.update({**{'city': 'London'}})", False),
         ("note.update(**{'city': 'London'})", False),
+        ("key = 'city'\nnote[key] = 'London'", False),
+        ("for key in ['city', 'zip']:\n    note[key] = ''", False),
+        ("note.setdefault(''.join(['ci', 'ty']), 'London')", False),
+        ("import operator\noperator.setitem(note, 'city', 'London')", True),
+        ("from operator import setitem\nsetitem(note, 'ci' + 'ty', 'London')", False),
+        ("note.__setitem__('city', 'London')", True),
     ],
-    ids=["ior-literal", "update-pairs", "update-name", "ior-call", "update-unpacked", "kwargs"],
+    ids=[
+        *("ior-literal", "update-pairs", "update-name", "ior-call", "update-unpacked", "kwargs"),
+        *("store-name", "store-loop", "setdefault-call", "setitem", "setitem-call", "dunder"),
+    ],
 )
 async def test_keys_added_in_ways_whose_keys_cannot_all_be_told_are_no_finding(
     tmp_path: Path, adds: str, known: bool
@@ -154,6 +163,33 @@ async def test_a_key_read_where_a_key_error_is_caught_is_no_finding(tmp_path: Pa
     )
     outcome = await ScriptChecker(tmp_path).check(ToolCatalogue(specs(), None), code, None, None)
     assert [finding.line for finding in outcome.findings] == [6], outcome.findings
+
+
+@pytest.mark.timeout(60)
+async def test_a_key_read_where_suppress_catches_a_key_error_is_no_finding(tmp_path: Path) -> None:
+    code = (
+        "import contextlib\n"
+        "note = await add_note(text='a')\n"
+        "with contextlib.suppress(KeyError):\n"
+        "    print(note['maybe'])\n"
+        "print(note['txt'])\n"
+    )
+    outcome = await ScriptChecker(tmp_path).check(ToolCatalogue(specs(), None), code, None, None)
+    assert [finding.line for finding in outcome.findings] == [5], outcome.findings
+
+
+@pytest.mark.timeout(60)
+async def test_a_result_given_to_a_function_an_earlier_run_defined_may_gain_any_key(
+    tmp_path: Path,
+) -> None:
+    # `def enrich(note): note['score'] = 1` ran before: this check cannot see what it adds.
+    code = "note = await add_note(text='a')\nenrich(note)\nprint(note['score'])\n"
+    checker = ScriptChecker(tmp_path)
+    catalogue = ToolCatalogue(specs(), None)
+    outcome = await checker.check(catalogue, code, frozenset({"enrich"}), None)
+    assert outcome.ran and outcome.findings == [], outcome.findings
+    alone = await checker.check(catalogue, code.replace("enrich(", "len("), frozenset(), None)
+    assert [finding.line for finding in alone.findings] == [3], alone.findings
 
 
 @pytest.mark.timeout(60)

@@ -226,23 +226,35 @@ class CheckedScript:
         keys: set[str] = set()
         for node in ast.walk(self._tree):
             if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
-                keys.update(_text(node.slice))
+                keys.update(_text(node.slice) or [ANY_KEY])  # `r[k] = ...`: any key
             elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.BitOr):
                 keys.update(_keys_of(node.value))  # `result |= {...}`
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 method = node.func.attr
-                if method in ("setdefault", "get", "pop") and node.args:
+                if method in ("get", "pop") and node.args:
                     keys.update(_text(node.args[0]))
+                elif method in ("setdefault", "__setitem__") and node.args:
+                    keys.update(_text(node.args[0]) or [ANY_KEY])
+                elif method == "setitem" and len(node.args) >= 2:  # `operator.setitem`
+                    keys.update(_text(node.args[1]) or [ANY_KEY])
                 elif method == "update":
                     keys.update(keyword.arg or ANY_KEY for keyword in node.keywords)
                     for argument in node.args:
                         keys.update(_keys_of(argument))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                if node.func.id == "setitem" and len(node.args) >= 2:
+                    keys.update(_text(node.args[1]) or [ANY_KEY])
+                elif node.func.id in self._earlier:
+                    # A function an earlier run defined, which this check cannot read:
+                    # it may put any key in a result it is given.
+                    keys.add(ANY_KEY)
             elif isinstance(node, ast.Try) and any(_catches_key_error(h) for h in node.handlers):
                 # `try: result["maybe"] except KeyError:` asks for a key it may not find.
-                for inner in node.body:
-                    for part in ast.walk(inner):
-                        if isinstance(part, ast.Subscript):
-                            keys.update(_text(part.slice))
+                keys.update(_keys_read(node.body))
+            elif isinstance(node, (ast.With, ast.AsyncWith)) and any(
+                _suppresses_key_error(item.context_expr) for item in node.items
+            ):
+                keys.update(_keys_read(node.body))  # `with suppress(KeyError): result["maybe"]`
         return frozenset(keys)
 
     @functools.cached_property
@@ -512,6 +524,30 @@ def _keys_of(node: ast.expr) -> list[str]:
             keys += _text(pair.elts[0]) or [ANY_KEY]
         return keys
     return [ANY_KEY]
+
+
+def _keys_read(body: list[ast.stmt]) -> list[str]:
+    """The literal keys `body` subscripts anything with."""
+    return [
+        key
+        for inner in body
+        for part in ast.walk(inner)
+        if isinstance(part, ast.Subscript)
+        for key in _text(part.slice)
+    ]
+
+
+def _suppresses_key_error(manager: ast.expr) -> bool:
+    """Whether a `with` item is `suppress(...)` (`contextlib.suppress`) of `KeyError`, a
+    parent of it, or `Exception`."""
+    if not isinstance(manager, ast.Call):
+        return False
+    called = manager.func
+    name = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", None)
+    return name == "suppress" and any(
+        isinstance(kind, ast.Name) and kind.id in ("KeyError", "LookupError", "Exception")
+        for kind in manager.args
+    )
 
 
 def _catches_key_error(handler: ast.ExceptHandler) -> bool:
