@@ -239,6 +239,40 @@ def test_a_parameter_that_cannot_be_spelled_goes_through_kwargs_and_is_named_in_
     compile(render_prompt([plan]), "<prompt>", "exec", dont_inherit=True)
 
 
+@pytest.mark.parametrize(
+    ("more", "said"),
+    [
+        ({"additionalProperties": {"type": "string"}}, "(str)"),
+        ({"additionalProperties": True}, "(Any)"),
+        ({"patternProperties": {"^x-": {"type": "integer"}}}, "(Any)"),
+    ],
+    ids=["additional-schema", "additional-true", "pattern"],
+)
+def test_a_schema_that_takes_more_arguments_than_it_names_gets_a_catch_all(
+    more: dict[str, Any], said: str
+) -> None:
+    tag = spec("tag", {"id": {"type": "string"}}, required=["id"])
+    tag.input_schema.update(more)
+    plan = plan_for(tag)
+    assert plan["catch_all"] == "kwargs"
+    assert f"**kwargs: further arguments the tool takes, by their own names {said}." in plan["doc"]
+    invoke = FakeInvoke()
+    live = bind([plan], invoke).servers["files"].tag
+    run(live(id="42", color="red", **{"x-size": 3}))
+    assert invoke.calls == [("files/tag", {"id": "42", "color": "red", "x-size": 3}, None)]
+    stub = stubs_of([plan])["files"].tag
+    assert inspect.signature(stub) == inspect.signature(live)
+
+
+def test_a_schema_that_takes_no_more_or_says_nothing_of_it_gets_no_catch_all() -> None:
+    # Most schemas leave `additionalProperties` out: a catch-all there would hide every
+    # misspelled keyword from Python and from the check.
+    closed = spec("tag", {"id": {"type": "string"}})
+    closed.input_schema["additionalProperties"] = False
+    assert plan_for(closed)["catch_all"] is None
+    assert plan_for(spec("tag", {"id": {"type": "string"}}))["catch_all"] is None
+
+
 def test_an_argument_given_by_both_its_names_is_a_type_error() -> None:
     plan = plan_for(spec("odd", {"!": {}, "a-b": {}}, required=["a-b"]))
     invoke = FakeInvoke()

@@ -258,10 +258,17 @@ def _plan(
     problem = None
     properties: dict[str, Any] = {}
     required: set[str] = set()
+    more: Any = None  # the schema of the arguments it takes beyond its own, if it says so
     if not isinstance(schema, dict):
         problem = "its input schema is not a JSON object"
     else:
         shape = resolve_root(schema)
+        if isinstance(shape, dict):
+            more = shape.get("additionalProperties")
+            if more is True or (shape.get("patternProperties") and not isinstance(more, dict)):
+                more = {}
+            elif not isinstance(more, dict):
+                more = None
         raw_properties = shape.get("properties", {}) if isinstance(shape, dict) else None
         raw_required = shape.get("required", []) if isinstance(shape, dict) else None
         if not isinstance(raw_properties, dict):
@@ -292,7 +299,7 @@ def _plan(
 
     taken = {p["spelling"] for p in parameters}
     catch_all = None
-    if extra or problem is not None:
+    if extra or problem is not None or more is not None:
         catch_all = _unique("kwargs", taken) if "kwargs" not in taken else _unique("extra", taken)
         taken.add(catch_all)
     timeout = "timeout" if "timeout" not in taken else _unique("call_timeout", taken)
@@ -316,7 +323,16 @@ def _plan(
         "returns": returns,
         "types": types.definitions(annotations),
         "doc": _doc(
-            spec, function, namespace, parameters, extra, catch_all, timeout, problem, returns
+            spec,
+            function,
+            namespace,
+            parameters,
+            extra,
+            catch_all,
+            timeout,
+            problem,
+            returns,
+            None if more is None else annotate(more, f"{function} argument", schema),
         ),
     }
 
@@ -372,7 +388,10 @@ def _doc(
     timeout: str,
     problem: str | None,
     returns: str,
+    more: str | None = None,
 ) -> str:
+    """The tool's docstring; `more`: the type of the arguments it takes beyond its own, when
+    its schema says it takes any (`additionalProperties`, `patternProperties`)."""
     lines = [_plain(spec.description).strip() if isinstance(spec.description, str) else ""]
     if not lines[0]:
         lines[0] = f"The tool {spec.name!r}."
@@ -398,6 +417,10 @@ def _doc(
             lines += _entry(
                 f"    {item['name']!r} ({need}{item['annotation']})", item["description"]
             )
+    elif catch_all is not None and problem is None and more is not None:
+        lines += _entry(
+            f"**{catch_all}", f"further arguments the tool takes, by their own names ({more})."
+        )
     elif catch_all is not None:
         lines += _entry(f"**{catch_all}", "the tool's arguments, by their own names.")
     lines += _entry(timeout, TIMEOUT_DOC)
