@@ -103,14 +103,23 @@ class CallReport:
     between scripts (made by tasks an earlier script left running). `by_fate` counts every
     call by fate; `records` lists at most 1,000 one by one, the first ones, except that a call
     not `seen` takes the place of a `seen` one past that bound; `unlisted` counts the rest by
-    tool. Immutable, like the records it holds.
+    tool, and `unlisted_not_seen` those of the rest whose fate is not `seen`. Immutable, like
+    the records it holds.
     """
 
     # Goal: a tool call costs the host little. What fails: a `CallRecord` made for every call
     # as its fate is known, when most results are read only for their counts and their calls
     # that were not seen. What we do: the ledger hands over each record's fields as a row
     # (`RecordRow`), and the records are made the first time `records` is read.
-    __slots__ = ("_records", "_rows", "by_fate", "made", "made_before_start", "unlisted")
+    __slots__ = (
+        "_records",
+        "_rows",
+        "by_fate",
+        "made",
+        "made_before_start",
+        "unlisted",
+        "unlisted_not_seen",
+    )
 
     made: int
     """Calls the script made while it ran."""
@@ -120,6 +129,9 @@ class CallReport:
     """Every call counted by its fate: `{"seen": 2, "pending": 1}`."""
     unlisted: dict[str, int]
     """The calls past the first 1,000, which `records` does not list, counted by tool."""
+    unlisted_not_seen: dict[str, int]
+    """Of `unlisted`, the calls whose fate is not `seen`, counted by tool (there are such only
+    when more than 1,000 calls were not seen: those take the listed places first)."""
     _records: tuple[CallRecord, ...] | None  # None until made from `_rows`
     _rows: tuple[RecordRow, ...]
 
@@ -130,12 +142,14 @@ class CallReport:
         by_fate: dict[str, int] | None = None,
         records: Iterable[CallRecord] = (),
         unlisted: dict[str, int] | None = None,
+        unlisted_not_seen: dict[str, int] | None = None,
     ) -> None:
         init = object.__setattr__
         init(self, "made", made)
         init(self, "made_before_start", made_before_start)
         init(self, "by_fate", {} if by_fate is None else by_fate)
         init(self, "unlisted", {} if unlisted is None else unlisted)
+        init(self, "unlisted_not_seen", {} if unlisted_not_seen is None else unlisted_not_seen)
         init(self, "_records", tuple(records))
         init(self, "_rows", ())
 
@@ -147,8 +161,9 @@ class CallReport:
         by_fate: dict[str, int],
         rows: Iterable[RecordRow],
         unlisted: dict[str, int],
+        unlisted_not_seen: dict[str, int] | None = None,
     ) -> CallReport:
-        report = cls(made, made_before_start, by_fate, (), unlisted)
+        report = cls(made, made_before_start, by_fate, (), unlisted, unlisted_not_seen)
         object.__setattr__(report, "_records", None)
         object.__setattr__(report, "_rows", tuple(rows))
         return report
@@ -162,6 +177,7 @@ class CallReport:
             settled.by_fate,
             settled.rows,
             settled.unlisted,
+            settled.unlisted_not_seen,
         )
 
     @property
@@ -194,6 +210,7 @@ class CallReport:
             "by_fate": dict(self.by_fate),
             "records": [record.to_dict() for record in self.records],
             "unlisted": dict(self.unlisted),
+            "unlisted_not_seen": dict(self.unlisted_not_seen),
         }
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -211,6 +228,7 @@ class CallReport:
             and self.by_fate == other.by_fate
             and self.records == other.records
             and self.unlisted == other.unlisted
+            and self.unlisted_not_seen == other.unlisted_not_seen
         )
 
     __hash__ = None  # type: ignore[assignment]  # like the dataclass it was: it holds dicts
@@ -218,7 +236,8 @@ class CallReport:
     def __repr__(self) -> str:
         return (
             f"CallReport(made={self.made!r}, made_before_start={self.made_before_start!r}, "
-            f"by_fate={self.by_fate!r}, records={self.records!r}, unlisted={self.unlisted!r})"
+            f"by_fate={self.by_fate!r}, records={self.records!r}, unlisted={self.unlisted!r}, "
+            f"unlisted_not_seen={self.unlisted_not_seen!r})"
         )
 
 
@@ -460,7 +479,7 @@ def render_calls(report: CallReport, status: str) -> str:
     for record in not_seen[:MAX_NAMED_CALLS]:
         lines.append(f"- {describe_call(record)}")
     rest = Counter(record.tool for record in not_seen[MAX_NAMED_CALLS:])
-    rest.update(report.unlisted)
+    rest.update(report.unlisted_not_seen)  # past the listed records: only those not seen
     if rest:
         common = rest.most_common()
         counted = ", ".join(

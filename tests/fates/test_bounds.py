@@ -73,6 +73,7 @@ async def test_not_seen_calls_beyond_the_bound_are_counted_by_tool_in_report_and
     calls = result.calls
     assert calls.made == 40 and calls.by_fate == {"unread": 40}
     assert len(calls.records) == 20 and calls.unlisted == {"fast": 20}
+    assert calls.unlisted_not_seen == {"fast": 20}
     named = [line for line in result.text.splitlines() if line.startswith("- fast(")]
     assert len(named) == 10
     assert all("unread" in line for line in named)
@@ -206,6 +207,8 @@ async def test_calls_not_seen_after_the_first_1000_are_still_named_in_the_text(
     assert sorted(r.args_brief for r in calls.not_seen) == sorted(
         f"x={5000 + i}" for i in range(12)
     )
-    assert calls.unlisted == {"fast": 112}
+    assert calls.unlisted == {"fast": 112} and calls.unlisted_not_seen == {}
     named = [line for line in result.text.splitlines() if line.startswith("- fast(x=50")]
     assert len(named) == 10 and all("unread" in line for line in named)
+    # The 112 unlisted calls were seen: only the two unread ones past the ten named are told.
+    assert "\n- and more, not named here: fast ×2\n" in result.text, result.text

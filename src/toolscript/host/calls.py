@@ -57,7 +57,7 @@ class SettledCalls:
     `made` counts calls made while the script ran, `made_before_start` those taken over from
     between scripts; `by_fate` counts every call by fate; `rows` holds at most
     `MAX_RECORDS` calls (calls not `seen` first, past the bound; see `_Tally`); `unlisted`
-    counts the rest by tool.
+    counts the rest by tool, and `unlisted_not_seen` those of them whose fate is not `seen`.
     """
 
     made: int = 0
@@ -65,6 +65,7 @@ class SettledCalls:
     by_fate: dict[str, int] = field(default_factory=dict)
     rows: tuple[RecordRow, ...] = ()
     unlisted: dict[str, int] = field(default_factory=dict)
+    unlisted_not_seen: dict[str, int] = field(default_factory=dict)
 
 
 CallReport = SettledCalls
@@ -132,6 +133,7 @@ class _Tally:
         "records",
         "seen_at",
         "unlisted",
+        "unlisted_not_seen",
     )
 
     def __init__(self) -> None:
@@ -142,6 +144,7 @@ class _Tally:
         self.kept = 0
         self.seen_at: list[int] = []  # where `seen` records are in `records`
         self.unlisted: Counter[str] = Counter()
+        self.unlisted_not_seen: Counter[str] = Counter()
         self.open: dict[int, _Call] = {}
 
     def fold(self, call: _Call, fate: str, cause: str | None) -> None:
@@ -150,6 +153,8 @@ class _Tally:
         if self.kept >= MAX_RECORDS:
             if fate == "seen" or not self.seen_at:
                 self.unlisted[call.tool] += 1
+                if fate != "seen":
+                    self.unlisted_not_seen[call.tool] += 1
                 return
             place = self.seen_at.pop()
             given_up = self.records[place]
@@ -637,7 +642,12 @@ class CallLedger:
         order = {fate: i for i, fate in enumerate(FATES)}
         by_fate = dict(sorted(tally.by_fate.items(), key=lambda item: order[item[0]]))
         return SettledCalls(
-            tally.made, tally.made_before_start, by_fate, tally.rows(), dict(tally.unlisted)
+            tally.made,
+            tally.made_before_start,
+            by_fate,
+            tally.rows(),
+            dict(tally.unlisted),
+            dict(tally.unlisted_not_seen),
         )
 
     def _open_tally(self, n: int) -> _Tally | None:
