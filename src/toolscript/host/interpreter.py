@@ -28,7 +28,7 @@ from .channel import CHANNEL_LOST_WAIT, CHECK_DELAY, CHECK_WAIT, Channel
 from .dispatch import Dispatcher
 from .images import ScriptImage
 from .journal import Journal
-from .output import Captured, StreamCapture
+from .output import Captured, LogRoom, StreamCapture
 from .process import (
     EXIT_STATUS_WAIT,
     PIPE_READ_SIZE,
@@ -252,9 +252,10 @@ class Interpreter:
         return self._calls.catalogue
 
     def log_to(self, sink: BinaryIO, limit: int) -> None:
-        """Also write the script's stdout and stderr to `sink`, up to `limit` bytes of each."""
-        self._stdout.log_to(sink, limit)
-        self._stderr.log_to(sink, limit)
+        """Also write the script's stdout and stderr to `sink`, up to `limit` bytes of both."""
+        room = LogRoom(limit)
+        self._stdout.log_to(sink, room)
+        self._stderr.log_to(sink, room)
 
     def kernel_pid(self) -> int | None:
         """The kernel's pid as the host sees it. (A sandboxed kernel is its init's child.)"""

@@ -72,7 +72,7 @@ class StreamCapture:
         self._ended = asyncio.Event()
         self.closed = False
         self._sink: BinaryIO | None = None
-        self._sink_room = 0
+        self._sink_room = LogRoom(0)
 
     def begin(self, nonce: str, *, at_start_marker: bool = True) -> None:
         """Attribute a new script's output, from the start marker made from `nonce` (or at
@@ -201,26 +201,37 @@ class StreamCapture:
         """Whether the current script's start marker was read (so the script began)."""
         return not self._waiting
 
-    def log_to(self, sink: BinaryIO | None, limit: int) -> None:
-        """Also write every byte of the current script's output to `sink`, up to `limit`."""
+    def log_to(self, sink: BinaryIO | None, room: LogRoom) -> None:
+        """Also write every byte of the current script's output to `sink`, while `room`
+        (which the other stream written there shares) lasts."""
         self._sink = sink
-        self._sink_room = limit
+        self._sink_room = room
 
     def _write_log(self, data: bytes) -> None:
         assert self._sink is not None
-        if self._sink_room <= 0:
+        room = self._sink_room
+        if room.left <= 0:
             return
-        chunk = data[: self._sink_room]
-        self._sink_room -= len(chunk)
+        chunk = data[: room.left]
+        room.left -= len(chunk)
         if not _write_log_chunk(self._sink, chunk):
             self._sink = None
             return
-        if self._sink_room <= 0:
+        if room.left <= 0:
             _write_log_chunk(self._sink, b"\n[toolscript: the log reached its size limit here]\n")
 
     @property
     def held_bytes(self) -> int:
         return len(self._head) + len(self._tail) + len(self._window)
+
+
+class LogRoom:
+    """The bytes a log file may still take: one for both of a script's streams."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
 
 
 def _write_log_chunk(sink: BinaryIO, data: bytes) -> bool:
