@@ -21,6 +21,7 @@ from .host.images import ScriptImage
 from .host.interpreter import Outcome
 from .host.journal import JournalCall
 from .host.output import cut_head, cut_middle
+from .kernel.cells import VALUE_KEPT, bounded
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -457,6 +458,18 @@ def _share(room: int, sizes: list[int]) -> list[int]:
     return shares
 
 
+_KEPT_SLACK = 200
+"""Room past `VALUE_KEPT` for the kernel's own mark of what it cut."""
+
+
+def _kept(text: object, what: str) -> str | None:
+    """A `done`'s value or error as the kernel bounds it (`VALUE_KEPT`): a script can forge
+    its `done`, and one holding tens of megabytes would be kept whole in the result."""
+    if not isinstance(text, str):
+        return None
+    return text if len(text) <= VALUE_KEPT + _KEPT_SLACK else bounded(text, what)
+
+
 def render_calls(report: CallReport, status: str) -> str:
     """The call lines: counts first, then up to ten calls whose fate is not `seen` (or that
     were made before the script started)."""
@@ -604,8 +617,8 @@ def result_from(
     interpreter of its own (a background script), which nothing runs in after it."""
     report = outcome.report
     ending = outcome.ending
-    value = report.get("value") if isinstance(report.get("value"), str) else None
-    error = report.get("error") if isinstance(report.get("error"), str) else None
+    value = _kept(report.get("value"), "the value's repr")
+    error = _kept(report.get("error"), "the traceback")
     words: list[str] = []
     if ending == "ok":
         status = "ok"

@@ -222,6 +222,34 @@ async def test_a_forged_done_from_code_that_goes_on_awaiting_is_found_at_once(
     assert after.value == "2" and after.generation == result.generation + 1
 
 
+@pytest.mark.timeout(30)
+async def test_a_forged_done_as_the_last_statement_is_a_violation_when_the_real_one_comes(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The kernel's own `done` follows at once, in the same read or the next: two for one
+    # script, so one was forged. Its value and error, 3 MB each, are not kept whole.
+    runtime = await make_runtime()
+    pid = await kernel_of(runtime)
+    code = forging(
+        "import select\n"
+        "message = {'t': 'done', 'script': kernel._script.id, 'status': 'ok', 'quiet': True,\n"
+        "           'drained': True, 'never_awaited': [], 'value': 'v' * 3_000_000,\n"
+        "           'error': 'e' * 3_000_000}\n"
+        "body = json.dumps(message).encode()\n"
+        "left = memoryview(struct.pack('>I', len(body)) + body)\n"
+        "while left:  # the channel does not block: written whole, not cut short\n"
+        "    select.select([], [channel()], [])\n"
+        "    left = left[os.write(channel(), left):]\n"
+    )
+    result = await runtime.run(code, time_limit=10)
+    assert len(result.value or "") < 1_001_000 and len(result.error or "") < 1_001_000
+    await eventually(lambda: is_gone(pid), 5.0, f"the interpreter {pid} still ran")
+    assert "a second 'done' came" in (violation_of(runtime, result.script_id) or "")
+    after = await runtime.run("1 + 1")
+    assert after.value == "2" and after.generation == result.generation + 1
+    assert result.status == "crashed" or "broke the protocol" in after.note
+
+
 @pytest.fixture
 async def runtime_with_echo(make_runtime: MakeRuntime) -> Runtime:
     return await make_runtime(tools=[echo])

@@ -75,6 +75,7 @@ class Channel:
         self._waiters: dict[str, asyncio.Future[wire.Message]] = {}
         self.done: asyncio.Future[wire.DoneFrame] | None = None
         """The running script's `done`, or the host's own word on its end."""
+        self._done_said = False
         self.script: str | None = None
         self.last_script: str | None = None
         """The script that ran last, or runs now."""
@@ -183,6 +184,7 @@ class Channel:
     def begin_script(self, script_id: str, deadline: float) -> asyncio.Future[wire.DoneFrame]:
         """A script is sent now; it must end by `deadline` (loop time). Its `done`, to come."""
         self.done = self._loop.create_future()
+        self._done_said = False  # whether a frame said `done`, not the host's own word
         self.script = self.last_script = script_id
         self.images = None
         self._deadline = deadline
@@ -352,9 +354,18 @@ class Channel:
                 if not self.done.done():
                     # The kernel's claims, each field checked where it is read.
                     self.done.set_result(cast("wire.DoneFrame", message))
+                    self._done_said = True
                     self._watch_end(str(message["script"]))
                     if message.get("status") == "stopped":
                         self.calls.ledger.script_stopped(str(message["script"]))
+                elif self._done_said:
+                    # The kernel says `done` once a script: two are one forged, and the
+                    # first may have been (sent by the script as its last statement).
+                    raise ProtocolViolation(
+                        f"a second 'done' came for script {self.script}: the script forged "
+                        "one of them",
+                        self.script,
+                    )
             elif self.taking_back and kind in _STALE:
                 if kind == "holding":
                     self._holding(message)

@@ -179,7 +179,9 @@ traceback, that its `done` carries: the start and the end of a longer one, with 
 cut said between them. Unbounded, an 80 MB repr made a frame over the channel's bound."""
 
 
-def _bounded(text: str, what: str) -> str:
+def bounded(text: str, what: str) -> str:
+    """`text`, or its start and end with what was cut said between them when it is longer
+    than `VALUE_KEPT`."""
     if len(text) <= VALUE_KEPT:
         return text
     head = VALUE_KEPT * 2 // 3
@@ -199,14 +201,14 @@ def _safe_repr(value: Any) -> str | None:
         if not isinstance(text, str):
             return f"<the value's repr returned {_type_name(text)}, not str>"
         # A str subclass may override `__len__`, slicing or `__str__`: take its plain text.
-        return _bounded(str.__str__(text), "the value's repr")
+        return bounded(str.__str__(text), "the value's repr")
     except BaseException as error:
         return f"<the value's repr failed: {_type_name(error)}: {_safe_str(error)}>"
 
 
 def _safe_str(error: BaseException) -> str:
     try:
-        return _bounded(str.__str__(str(error)), "the message")
+        return bounded(str.__str__(str(error)), "the message")
     except BaseException:
         return "(its message could not be read)"
 
@@ -219,7 +221,7 @@ def format_exception(error: BaseException) -> str:
     try:
         summary = traceback.TracebackException(type(error), error, tb)
         _drop_internal_frames(summary)
-        return _bounded("".join(summary.format()), "the traceback")
+        return bounded("".join(summary.format()), "the traceback")
     except BaseException:
         return f"{_type_name(error)} (its traceback could not be formatted)"
 
