@@ -22,6 +22,7 @@ from .host.interpreter import Outcome
 from .host.journal import JournalCall
 from .host.output import cut_head, cut_middle
 from .kernel.cells import VALUE_KEPT, bounded
+from .tools.spec import NEVER_RAN
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -518,6 +519,12 @@ def describe_call(record: CallRecord) -> str:
         )
     if record.fate == "pending":
         if record.cause == "tool_timeout" and record.answered_at is not None:
+            if record.is_error and (record.answer_brief or "")[1:].startswith(NEVER_RAN):
+                # Given up while it waited for a thread: dropped before it began.
+                return (
+                    f"{call}: pending: the host gave up waiting at the tool's timeout before "
+                    "a thread could begin it, so it never ran: it did not happen"
+                )
             # A synchronous tool's thread, which cannot be stopped, ended after all.
             return (
                 f"{call}: pending: the host gave up waiting at the tool's timeout, but the "

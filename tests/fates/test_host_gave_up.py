@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import toolscript.tools.python
 from tests.conftest import MakeRuntime, eventually
 from toolscript import Runtime, tool
 from toolscript.tools.spec import SourceGone, ToolOutcome, ToolSpec
@@ -216,3 +217,52 @@ async def test_a_sync_tool_that_ends_after_its_timeout_but_before_its_script_is_
         False,
     )
     assert call.answer_brief is not None and "moved 9" in call.answer_brief
+
+
+@pytest.mark.timeout(30)
+async def test_a_sync_call_given_up_while_it_waited_for_a_thread_never_runs_and_says_so(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every tool thread is busy with a hung call (one thread here; 64 in use): the next
+    # call waits in line past its timeout. Run later, it would take effect long after the
+    # script was told it timed out.
+    monkeypatch.setattr(
+        toolscript.tools.python, "_threads", toolscript.tools.python._ToolThreads(1)
+    )
+    release, ran = threading.Event(), []
+
+    @tool(timeout=0.2)
+    def hold() -> str:
+        """Hold the only tool thread until released."""
+        release.wait(20)
+        return "held"
+
+    @tool(timeout=0.2)
+    def record(x: int) -> str:
+        """Record `x`."""
+        ran.append(x)
+        return "recorded"
+
+    runtime = await make_runtime(tools=[hold, record])
+    result = await runtime.run(
+        "import asyncio\n"
+        "held = asyncio.ensure_future(hold())\n"
+        "await asyncio.sleep(0.05)  # its call takes the thread\n"
+        "try:\n"
+        "    await record(x=1)\n"
+        "except ToolTimeout:\n"
+        "    print('gave up')\n"
+        "try:\n"
+        "    await held\n"
+        "except ToolTimeout:\n"
+        "    pass\n"
+    )
+    assert result.status == "ok" and result.stdout == "gave up\n", result.text
+    calls = {record.tool: record for record in result.calls.records}
+    assert (calls["record"].fate, calls["record"].cause) == ("pending", "tool_timeout")
+    line = call_line(result.text, "record", "x=1")
+    assert "it never ran" in line and "may still take effect" not in line, line
+    assert [call.tool for call in runtime.journal.uncertain()] == ["hold"]
+    release.set()
+    await eventually(lambda: not runtime.journal.uncertain(), 10, "hold's answer never came")
+    assert ran == []  # the thread came free, and the call given up did not run then either

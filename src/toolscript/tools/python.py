@@ -46,6 +46,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 import typing_extensions
 
 from toolscript.tools.spec import (
+    NEVER_RAN,
     CallContext,
     DataOutcome,
     SourceGone,
@@ -89,7 +90,7 @@ class _ToolThreads:
 
     def run(self, function: Callable[[], Any]) -> _Job:
         """`function()` in a tool thread; its result (or exception) in the job's future."""
-        job = _Job(function, asyncio.get_running_loop().create_future())
+        job = _Job(function, asyncio.get_running_loop().create_future(), self._lock)
         with self._lock:
             if self._idle:
                 self._idle -= 1
@@ -103,6 +104,14 @@ class _ToolThreads:
     def _serve(self) -> None:
         while True:
             job = self._work.get()
+            with self._lock:
+                begins = job.state == _QUEUED
+                job.state = _RUNNING if begins else job.state
+            if not begins:  # given up while it waited for a thread: it never runs
+                del job
+                with self._lock:
+                    self._idle += 1
+                continue
             try:
                 result: Any = job.function()
                 error: BaseException | None = None
@@ -115,29 +124,57 @@ class _ToolThreads:
                 self._idle += 1
 
 
+_QUEUED, _RUNNING, _DROPPED = 0, 1, 2
+"""A job's states: waiting for a thread, begun in one, given up before it began."""
+
+
 class _Job:
     """A call's function for a tool thread, and the future of its outcome. A caller that
     stops waiting takes the outcome from `late()` instead, whenever it comes."""
 
-    __slots__ = ("_ended", "_late", "function", "future")
+    __slots__ = ("_ended", "_late", "_lock", "function", "future", "state")
 
-    def __init__(self, function: Callable[[], Any], future: asyncio.Future[Any]) -> None:
+    def __init__(
+        self, function: Callable[[], Any], future: asyncio.Future[Any], lock: threading.Lock
+    ) -> None:
         self.function = function
         self.future = future
+        self.state = _QUEUED
+        self._lock = lock  # the threads' lock, which guards `state`
         self._late: asyncio.Future[ToolOutcome] | None = None
         self._ended: ToolOutcome | None = None  # ended after the caller stopped waiting
 
+    # Goal: a call the host gave up on has an effect only if it had begun. What fails: the
+    # call that waited in line for a thread (all of them busy with hung calls) past its
+    # timeout, then ran anyway, whenever a thread came free: an effect long after the
+    # script was told the call timed out. What we do: a call given up before a thread took
+    # it never runs, and its late answer says so at once, so its fate is no longer in doubt.
     def late(self) -> asyncio.Future[ToolOutcome]:
         """The outcome, for a caller that stopped waiting for `future` (in the event loop's
-        thread, like `_settle`): it may have come already, or come later."""
+        thread, like `_settle`): it may have come already, or come later; a call no thread
+        had begun never runs, and its outcome says so."""
         late = self._late = self.future.get_loop().create_future()
         future = self.future
-        if self._ended is not None:
+        with self._lock:
+            dropped = self.state == _QUEUED
+            self.state = _DROPPED if dropped else self.state
+        if dropped:
+            self.function = _never_run
+            message = (
+                f"{NEVER_RAN}it waited for a free tool thread until the host gave up on it "
+                "(every tool thread was busy)"
+            )
+            late.set_result(ToolOutcome(value=message, is_error=True))
+        elif self._ended is not None:
             late.set_result(self._ended)
         elif future.done() and not future.cancelled():  # it ended just before the cancel
             error = future.exception()
             late.set_result(_outcome(future.result() if error is None else _Raised(error)))
         return late
+
+
+def _never_run() -> None:
+    """What a job given up before it began holds instead of its call."""
 
 
 def _settle(job: _Job, result: Any, error: BaseException | None) -> None:

@@ -168,3 +168,8 @@ class ToolSpec:
         one (`idempotent`, or `read_only`): then a call in doubt after a restart is made again."""
         hints = self.annotations
         return hints.idempotent is True or hints.read_only is True
+
+
+NEVER_RAN = "it never ran: "
+"""How the late answer of a call that was given up before it began starts (a synchronous
+tool's call that waited for a thread past its timeout): its effect will never come."""
