@@ -117,6 +117,37 @@ async def test_a_tool_named_json_works_beside_import_json_in_one_script() -> Non
     assert result.value == '\'["«hi»", "«ho»"]\''
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("code", "hint"),
+    [
+        (
+            "import time\nawait time.get_current_time()",
+            "Hint: `time` here is the module 'time'; the MCP server 'time' is bound as "
+            "`time_` (`await time_.get_current_time(...)`).",
+        ),
+        (
+            "await tools.time.get_current_time()",
+            "Hint: the MCP server 'time' is bound as `time_` (`tools.time_`).",
+        ),
+    ],
+    ids=["module", "tools"],
+)
+async def test_a_renamed_server_reached_by_its_own_name_is_an_error_that_names_its_spelling(
+    code: str, hint: str
+) -> None:
+    async with Runtime(
+        tools=[spec("get_current_time", "time")], journal=":memory:", check="off"
+    ) as rt:
+        result = await rt.shell().run(code, time_limit=30)
+        fine = await rt.shell().run("import time\nawait time_.get_current_time()")
+        other = await rt.shell().run("import os\nos.no_such_thing")
+    assert result.status == "error" and result.error is not None, result.text
+    assert result.error.rstrip().endswith(hint), result.error
+    assert (fine.status, fine.value) == ("ok", "'answered'"), fine.text
+    assert other.error is not None and "Hint" not in other.error
+
+
 def test_each_renaming_gives_its_own_reason() -> None:
     assert why_spelled("__builtins__", "_builtins__") == (
         "'__builtins__' starts with two underscores, as the names Python itself uses do"

@@ -59,6 +59,9 @@ class Bound:
     types: dict[str, Any] = field(default_factory=dict)
     failures: list[tuple[str, str]] = field(default_factory=list)
     qualnames: frozenset[str] = frozenset()
+    renamed: dict[str, str] = field(default_factory=dict)
+    """Each server bound under another spelling than its own name, by name (`time` →
+    `time_`, which leaves `import time` to the module)."""
 
 
 class ServerTools(types.ModuleType):
@@ -136,6 +139,9 @@ def bind(
             function, qualname = _build(plan, invoke, annotations, bound.types)
             _place(bound, plan, function)
             qualnames.add(qualname)
+            server, namespace = plan.get("server"), plan.get("namespace")
+            if isinstance(server, str) and isinstance(namespace, str) and server != namespace:
+                bound.renamed[server] = namespace
         except _Unbuildable as error:
             bound.failures.append((key, str(error)))
         except Exception as error:

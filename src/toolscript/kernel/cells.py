@@ -221,9 +221,37 @@ def format_exception(error: BaseException) -> str:
     try:
         summary = traceback.TracebackException(type(error), error, tb)
         _drop_internal_frames(summary)
-        return bounded("".join(summary.format()), "the traceback")
+        return bounded("".join(summary.format()) + _renamed_hint(error), "the traceback")
     except BaseException:
         return f"{_type_name(error)} (its traceback could not be formatted)"
+
+
+renamed_servers: dict[str, str] = {}
+"""The servers bound under another spelling than their own name, by name (set at binding)."""
+
+
+# Goal: a script that reaches a server by its own name where it is bound under another
+# (`time`, whose name is the standard module's, is `time_`) is told where it is. What fails:
+# Python's own words, "module 'time' has no attribute 'get_current_time'", which point
+# nowhere near `time_`. What we do: an `AttributeError` on a module named like such a
+# server, or on `tools` for such a name, gets a line that names the server's spelling.
+def _renamed_hint(error: BaseException) -> str:
+    if not renamed_servers or not isinstance(error, AttributeError):
+        return ""
+    owner, name = getattr(error, "obj", None), getattr(error, "name", None)
+    if not isinstance(owner, types.ModuleType):
+        return ""
+    module = owner.__name__
+    if module == "tools" and isinstance(name, str) and name in renamed_servers:
+        spelling = renamed_servers[name]
+        return f"Hint: the MCP server {name!r} is bound as `{spelling}` (`tools.{spelling}`).\n"
+    if module in renamed_servers and not module.startswith("tools."):
+        spelling = renamed_servers[module]
+        return (
+            f"Hint: `{module}` here is the module {module!r}; the MCP server {module!r} is "
+            f"bound as `{spelling}` (`await {spelling}.{name}(...)`).\n"
+        )
+    return ""
 
 
 def _drop_internal_frames(summary: traceback.TracebackException) -> None:

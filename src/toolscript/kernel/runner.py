@@ -33,6 +33,7 @@ import time
 import types
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from . import cells
 from .busypoll import MAX_WINDOW
 from .calls import CallTable, ToolError, ToolTimeout
 from .cells import VALUE_NAME, Cell, compile_cell, ending, format_compile_error, run_cell
@@ -546,6 +547,7 @@ class Kernel:
             self.namespace[name] = value
             setattr(self._tools_module, name, value)
         self.calls.tool_qualnames = frozenset(bound.qualnames)
+        cells.renamed_servers = dict(bound.renamed)
         failures = [[key, why] for key, why in bound.failures]
         frame: BoundFrame = {"t": "bound", "failures": failures}
         self._names.tell(self.namespace, self._bound, frame)
