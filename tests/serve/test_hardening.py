@@ -319,12 +319,15 @@ class _Lines:
                 return message
 
 
-@SIGNALS
+@pytest.mark.parametrize(
+    "signal_number", [signal.SIGTERM, signal.SIGINT, None], ids=["SIGTERM", "SIGINT", "stdin"]
+)
 @pytest.mark.timeout(90)
 async def test_a_signal_ends_serve_over_stdio_with_its_scripts_stopped_folder_removed_and_journal_closed(
-    tmp_path: Path, signal_number: int
+    tmp_path: Path, signal_number: int | None
 ) -> None:
     # The client keeps stdin open and idle: the server must end without its next line.
+    # Or it closes stdin (`None`), which ends the server the same way (docs/serve.md).
     temp = tmp_path / "tmp"
     temp.mkdir()
     process = await anyio.open_process(
@@ -354,7 +357,10 @@ async def test_a_signal_ends_serve_over_stdio_with_its_scripts_stopped_folder_re
             await send(run_python(3, SLEEPER))
             while (await lines.next() or {}).get("method") != "notifications/progress":
                 pass  # the run is under way once it reports progress
-        process.send_signal(signal_number)
+        if signal_number is None:
+            await process.stdin.aclose()
+        else:
+            process.send_signal(signal_number)
         with anyio.fail_after(STOP_BOUND):
             ran = (await lines.answer(3))["result"]["structuredContent"]
             while await lines.next() is not None:

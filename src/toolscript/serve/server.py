@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -193,6 +194,11 @@ class ToolscriptServer:
         try:
             with StdinLines.claim() as lines:
                 self._end_transport = lines.end
+                # The client closing stdin stops the server as SIGTERM does: the run in
+                # progress is answered (cancelled) before the session ends.
+                lines.on_end_of_input = functools.partial(
+                    _call_soon_from_thread, asyncio.get_running_loop(), self.stop
+                )
                 if self._stopped:
                     lines.end()
                 # AsyncFile calls only `readline` (in a worker thread) and `close` on it.
@@ -649,6 +655,11 @@ def _version() -> str:
         return metadata.version("toolscript")
     except metadata.PackageNotFoundError:
         return "0"
+
+
+def _call_soon_from_thread(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: serving is over anyway
+        loop.call_soon_threadsafe(callback)
 
 
 def _stdout_to_devnull() -> None:

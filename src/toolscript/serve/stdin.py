@@ -16,7 +16,7 @@ import contextlib
 import fcntl
 import os
 import select
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = ["StdinLines"]
 
@@ -34,6 +34,10 @@ class StdinLines:
         self._wire = wire
         self._wake_read, self._wake_write = os.pipe()
         self._buffer = b""
+        self.on_end_of_input: Callable[[], None] | None = None
+        """Called (in the reading thread) when the client closes its end, if set; the end of
+        input then waits for `end()`, so that the stop it starts can still answer the
+        client's calls in progress before the server's session ends."""
         self._poll = select.poll()
         self._poll.register(wire, select.POLLIN)
         self._poll.register(self._wake_read, select.POLLIN)
@@ -66,7 +70,14 @@ class StdinLines:
             chunk = os.read(self._wire, _CHUNK)
             if not chunk:
                 rest, self._buffer = self._buffer, b""
-                return rest.decode("utf-8", errors="replace")
+                if rest:
+                    return rest.decode("utf-8", errors="replace")
+                stop, self.on_end_of_input = self.on_end_of_input, None
+                if stop is not None:
+                    self._poll.unregister(self._wire)  # at its end: it would wake us for ever
+                    stop()
+                    continue  # until `end()`
+                return ""
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode("utf-8", errors="replace") + "\n"
