@@ -12,7 +12,10 @@ It answers `initialize`, `tools/list` and these tools (any other request: a JSON
                     `pid_file`), then dies mid-call: the pipes stay open
     null()          answers `"result": null`, which JSON-RPC does not allow
 
-Run: python raw_server.py
+With `--unreadable-tool`, it also lists `loose`, whose schema the SDK's model rejects
+(`"required": "text"`, not a list); called, it echoes its arguments as JSON.
+
+Run: python raw_server.py [--unreadable-tool]
 """
 
 from __future__ import annotations
@@ -33,6 +36,19 @@ TOOLS = [
         ("null", "Answer a null result."),
     )
 ]
+
+if "--unreadable-tool" in sys.argv:
+    TOOLS.append(
+        {
+            "name": "loose",
+            "description": "Echo the arguments.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": "text",
+            },
+        }
+    )
 
 
 def write(data: bytes) -> None:
@@ -91,6 +107,9 @@ def main() -> None:
             with open((params.get("arguments") or {})["pid_file"], "w") as pid_file:
                 pid_file.write(str(child.pid))
             os._exit(3)
+        elif method == "tools/call" and params.get("name") == "loose":
+            arguments = json.dumps(params.get("arguments") or {}, sort_keys=True)
+            send({"jsonrpc": "2.0", "id": ident, "result": text_result(arguments)})
         elif method == "tools/call" and params.get("name") == "null":
             send({"jsonrpc": "2.0", "id": ident, "result": None})
         elif method == "tools/call" and params.get("name") == "deafen":

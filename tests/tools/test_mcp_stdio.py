@@ -16,6 +16,7 @@ import pytest_asyncio
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCRequest
 
+from toolscript.tools.binding import plan_for
 from toolscript.tools.mcp import MCPTools, stdio
 from toolscript.tools.mcp.stdio import ServerInput, ServerOutput
 from toolscript.tools.spec import SourceGone, ToolOutcome
@@ -248,3 +249,23 @@ async def test_a_server_whose_working_folder_is_missing_is_not_said_to_lack_its_
         reason = tools.failures["lost"]
     assert f"its working folder (cwd) does not exist or is not a folder ({missing})" in reason
     assert "command was not found" not in reason
+
+
+@pytest.mark.timeout(30)
+async def test_a_tool_the_sdk_cannot_read_costs_that_tool_its_schema_not_the_server(
+    tmp_path: Path,
+) -> None:
+    # `loose` lists `"required": "text"`, which fails the SDK's model: the listing as a whole
+    # would fail, and the server be reported as not started.
+    raw = server("raw_server.py")
+    raw["args"].append("--unreadable-tool")
+    async with await MCPTools.open({"mcpServers": {"raw": raw}}, tmp_path) as tools:
+        assert tools.failures == {}
+        specs = {spec.name: spec for spec in tools.specs()}
+        assert set(specs) == {"noisy", "deafen", "flood", "orphan", "null", "loose"}
+        loose = specs["loose"]
+        assert loose.description.startswith("Echo the arguments.\n\n(The server's listing")
+        assert "required" in loose.description and "pass them by name" in loose.description
+        assert plan_for(loose)["catch_all"] == "kwargs"
+        assert await call(tools, "raw", "loose", text="hi") == ToolOutcome(value='{"text": "hi"}')
+        assert await call(tools, "raw", "noisy", text="still") == ToolOutcome(value="still")

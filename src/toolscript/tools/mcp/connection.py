@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import typing
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib import metadata
@@ -26,12 +28,14 @@ from typing import Any, TextIO, cast
 import anyio
 import httpx2
 import mcp.types as types
+import pydantic
 from mcp import ClientSession
 from mcp.client._transport import TransportStreams
 from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.message import SessionMessage
+from mcp_types.methods import SERVER_RESULTS
 
 from .config import HTTPServerConfig, ServerConfig
 from .stdio import MAX_LINE, stdio_streams
@@ -189,10 +193,51 @@ class _Watched(MessageReader):
 
     async def receive(self) -> SessionMessage | Exception:
         try:
-            return await self._stream.receive()
+            message = await self._stream.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._gone.set()
             raise anyio.EndOfStream from None
+        if type(message) is SessionMessage:
+            answer = message.message
+            if type(answer) is types.JSONRPCResponse and type(answer.result.get("tools")) is list:
+                _readable_tools(answer.result["tools"])
+        return message
+
+
+# Goal: one tool that the SDK cannot read costs that tool, not the server. What fails: the
+# SDK validates a `tools/list` result as a whole, so one tool whose schema breaks its model
+# (`"required": "a"`, say) fails the listing, and the server is reported as not started,
+# every good tool with it. What we do: before the session reads a listing, each tool in it
+# is validated on its own, and one that fails is replaced, if it has a name, by a tool of
+# that name whose input schema takes any argument by name and whose description says why:
+# it can still be called. (Only a `tools/list` result holds `tools`.)
+def _readable_tools(tools: list[Any]) -> None:
+    """Replace, in place, each tool of a listing that the SDK's model would refuse."""
+    for index, item in enumerate(tools):
+        try:
+            for model in _tool_models():
+                model.validate_python(item, by_name=False)
+        except pydantic.ValidationError as problem:
+            name = item.get("name") if isinstance(item, dict) else None
+            if isinstance(name, str) and name:
+                tools[index] = _unreadable_tool(name, item, problem)
+            else:
+                tools[index] = None  # left out below: a tool without a name cannot be called
+    tools[:] = [item for item in tools if item is not None]
+
+
+@functools.cache
+def _tool_models() -> tuple[pydantic.TypeAdapter[Any], ...]:
+    """The models the SDK reads a listed tool with, one per protocol version's listing."""
+    listings = {model for (method, _), model in SERVER_RESULTS.items() if method == "tools/list"}
+    found = []
+    for listing in listings:
+        fields = getattr(listing, "model_fields", {})
+        tools = fields.get("tools")
+        items = typing.get_args(tools.annotation) if tools is not None else ()
+        if items:
+            found.append(pydantic.TypeAdapter(items[0]))
+    return tuple(found) or (pydantic.TypeAdapter(types.Tool),)
 
 
 class _Cancelled(Exception):
@@ -223,3 +268,24 @@ async def _http_transport(config: HTTPServerConfig) -> AsyncIterator[TransportSt
         ) as streams,
     ):
         yield streams
+
+
+def _unreadable_tool(
+    name: str, item: dict[str, Any], problem: pydantic.ValidationError
+) -> dict[str, Any]:
+    """A tool of a listing the SDK could not read, as one it can: callable, its arguments by
+    name, its description saying why."""
+    first = problem.errors()[0] if problem.errors() else {"loc": (), "msg": str(problem)}
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    said = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+    description = item.get("description")
+    text = description.strip() + "\n\n" if isinstance(description, str) else ""
+    text += (
+        f"(The server's listing of this tool could not be read ({said[:300]}), so its "
+        "arguments are not described: pass them by name.)"
+    )
+    return {
+        "name": name,
+        "description": text,
+        "inputSchema": {"type": "object", "additionalProperties": True},
+    }
