@@ -140,6 +140,7 @@ async def test_a_lifetime_timeout_that_passes_during_a_script_stops_the_script_a
     turn = await asyncio.wait_for(agent.run("go"), 10)
 
     assert turn.stop_reason == "time_limit"
+    assert turn.error is not None and "passed while the model's run_python call ran" in turn.error
     (_code, limit, _background) = fake.the_shell.runs[0]
     assert limit is not None and limit <= 1.0
     scripts = [entry for entry in turn.transcript if entry["role"] == "script"]

@@ -126,6 +126,11 @@ def test_a_bad_tool_reference_a_missing_mount_and_a_bad_time_limit_are_one_line(
     assert_one_line(
         toolscript("exec", "script.py", "--time-limit", "-1", cwd=folder), "--time-limit"
     )
+    assert_one_line(
+        toolscript("exec", "script.py", "--time-limit", "99999", cwd=folder),
+        "--time-limit",
+        "over the most, 600 seconds",
+    )
     assert_one_line(toolscript("calls", "--limit", "0", cwd=folder), "--limit")
     assert_one_line(toolscript("serve", "--http", "host", cwd=folder), "--http", "HOST:PORT")
 

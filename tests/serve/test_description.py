@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,6 +73,19 @@ async def test_a_large_catalogue_is_named_and_its_stubs_are_found_with_list_tool
             extra = await client.call_tool("list_tools", {"query": "kind", "x": 1})
             assert extra.is_error and "takes only query, not 'x'" in str(extra.content)
             assert listed["list_tools"].input_schema.get("additionalProperties") is False
+
+
+@pytest.mark.timeout(30)
+async def test_list_tools_for_a_server_that_did_not_start_says_so(tmp_path: Path) -> None:
+    config = {"mcpServers": {"github": {"command": str(tmp_path / "no-such-command")}}}
+    async with Runtime(
+        tools=_specs(60), mcp_config=config, journal=":memory:", pool_size=0
+    ) as runtime:
+        assert set(runtime.mcp_failures) == {"github"}
+        async with Client(ToolscriptServer(runtime).server) as client:
+            nothing = await client.call_tool("list_tools", {"query": "github issues"})
+    said = str(nothing.content)
+    assert nothing.is_error and "the MCP server 'github' did not start" in said, said
 
 
 @pytest.mark.timeout(30)

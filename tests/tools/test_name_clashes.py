@@ -148,6 +148,16 @@ async def test_a_renamed_server_reached_by_its_own_name_is_an_error_that_names_i
     assert other.error is not None and "Hint" not in other.error
 
 
+def test_a_python_tool_named_like_the_stubs_own_names_is_named_in_the_header() -> None:
+    # `tools` is the stubs' own namespace: the tool is bound as `tools__2`, and the header
+    # says so, not only its docstring. A name Python cannot spell needs no such line.
+    prompt = render_prompt(plans_for([spec("tools", None), spec("get-weather", None)]))
+    header = [line for line in prompt.splitlines() if line.startswith("# Also renamed: ")]
+    assert header == [
+        "# Also renamed: `tools__2` (the tool 'tools': 'tools' is a name the stubs use)."
+    ]
+
+
 def test_each_renaming_gives_its_own_reason() -> None:
     assert why_spelled("__builtins__", "_builtins__") == (
         "'__builtins__' starts with two underscores, as the names Python itself uses do"

@@ -93,7 +93,10 @@ class ExecutionControl:
 
     - `request_timeout`: seconds for each model request, from sending it to the end of its
       stream. Required, finite, greater than 0.
-    - `lifetime_timeout`: seconds for the whole turn; `None` means no lifetime bound.
+    - `lifetime_timeout`: seconds for the whole turn; `None` means no lifetime bound. A
+      script runs under at most what is left of it and is stopped at its end; one that
+      ignores the interrupt is killed after the runtime's `grace`, by which the turn can
+      run past its lifetime.
     - `tool_timeout`: the longest time limit a script may run under; `None` means scripts are
       bounded only by their own limits, which is refused together with
       `lifetime_timeout=None`, since nothing would then bound the turn.

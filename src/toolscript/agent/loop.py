@@ -352,6 +352,13 @@ class _TurnRun:
                 )
                 continue
             results[call.id], stop = await self.call_tool(call)
+            if stop is None and self.budget.expired():
+                # Passed while this call ran (a script is cut to what is left of the
+                # lifetime, then stopped; one that ignores the interrupt is killed after
+                # the runtime's grace): said so, not "between steps".
+                stop = self.budget.lifetime_stop(
+                    f"while the model's {call.name} call ran (what it ran was stopped)"
+                )
             checkpoint.in_flight = None
             checkpoint.save()
             self.check_abort()

@@ -84,6 +84,11 @@ def exec_command(args: argparse.Namespace) -> int:
             pool_size=0,
             **knobs,
         ) as rt:
+            most = rt.max_time_limit
+            if args.time_limit is not None and args.time_limit > most:
+                raise UsageError(
+                    f"--time-limit: {args.time_limit:g} is over the most, {most:g} seconds"
+                )
             for server, reason in rt.mcp_failures.items():
                 said = f"toolscript: MCP server {server!r} did not start: {reason}"
                 print(for_terminal(said, sys.stderr), file=sys.stderr)

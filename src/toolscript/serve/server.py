@@ -379,6 +379,16 @@ class ToolscriptServer:
                 return _content(Answer.refusal(f"list_tools was not run: {'; '.join(problems)}."))
             stubs, count = matching_stubs(self.runtime, query)
             if count == 0:
+                words = set(query.lower().split())
+                down = [
+                    f"the MCP server {name!r} did not start, so it has no tools: {why}"
+                    for name, why in self.runtime.mcp_failures.items()
+                    if name.lower() in words
+                ]
+                if down:
+                    return _content(
+                        Answer.refusal(f"No tool matches {said_back(query)}: {'; '.join(down)}")
+                    )
                 return _content(
                     Answer.refusal(
                         f"No tool matches {said_back(query)}; try a shorter word or a server."

@@ -171,6 +171,19 @@ def _renames(plans: list[dict[str, Any]]) -> list[str]:
         for spelling, name in renamed.items()
         if spelling != name + "_" and why_spelled(name, spelling).endswith("another binding")
     ]
+    told = {spelling for spelling, name in renamed.items() if spelling == name + "_"}
+    told |= {
+        spelling
+        for spelling, name in renamed.items()
+        if why_spelled(name, spelling).endswith("another binding")
+    }
+    others = [
+        f"`{spelling}` (the tool {name!r}: {why_spelled(name, spelling)})"
+        for spelling, name in renamed.items()
+        # A name Python could spell as it is, yet bound otherwise (`tools` → `tools__2`);
+        # `get-weather` → `get_weather` needs no word.
+        if spelling not in told and name.isidentifier() and name.isascii()
+    ]
     lines = []
     if clashes:
         lines.append(
@@ -184,6 +197,8 @@ def _renames(plans: list[dict[str, Any]]) -> list[str]:
         lines.append(
             _comment_line("Renamed because another binding has the name: " + ", ".join(taken) + ".")
         )
+    if others:
+        lines.append(_comment_line("Also renamed: " + ", ".join(others) + "."))
     return lines
 
 
