@@ -149,9 +149,11 @@ async def test_a_renamed_server_reached_by_its_own_name_is_an_error_that_names_i
 
 
 def test_a_python_tool_named_like_the_stubs_own_names_is_named_in_the_header() -> None:
-    # `tools` is the stubs' own namespace: the tool is bound as `tools__2`, and the header
-    # says so, not only its docstring. A name Python cannot spell needs no such line.
-    prompt = render_prompt(plans_for([spec("tools", None), spec("get-weather", None)]))
+    # `tools` is the stubs' own namespace, and `tools_` the server's: the tool is bound as
+    # `tools__2`, and the header says so, not only its docstring. A name Python cannot
+    # spell as it is needs no such line.
+    specs = [spec("tools", None), spec("read", "tools"), spec("get-weather", None)]
+    prompt = render_prompt(plans_for(specs))
     header = [line for line in prompt.splitlines() if line.startswith("# Also renamed: ")]
     assert header == [
         "# Also renamed: `tools__2` (the tool 'tools': 'tools' is a name the stubs use)."
