@@ -672,6 +672,14 @@ def result_from(
         words.append(
             _stop_words(outcome.stop_reason, limit, settings, killed=True, one_off=one_off)
         )
+        partial = report.get("partial_frame")
+        if isinstance(partial, int) and partial > 0:
+            words.append(
+                f"The interpreter's channel to the host held the start of a frame "
+                f"({partial:,} bytes) whose end never came, which code that writes to that "
+                "private channel leaves: the interpreter's word that the script had ended "
+                "may have been lost in it."
+            )
     elif ending == "broken":
         status = "crashed"
         broken = report.get("broken")

@@ -250,6 +250,23 @@ async def test_a_forged_done_as_the_last_statement_is_a_violation_when_the_real_
     assert result.status == "crashed" or "broke the protocol" in after.note
 
 
+@pytest.mark.timeout(30)
+async def test_a_frame_cut_short_by_the_script_is_named_when_the_interpreter_is_killed(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The script announces a frame of 4,096 bytes and writes 4: everything the kernel says
+    # after (its `done` too) is read as the rest of that frame, so the host hears nothing,
+    # stops the script at its limit and kills it after the grace. The note must not say
+    # only that the script ignored the interrupt.
+    runtime = await make_runtime()
+    code = forging("os.write(channel(), struct.pack('>I', 4096) + b'{\"t\"')\n'ended'\n")
+    result = await runtime.run(code, time_limit=1.0)
+    assert result.status == "time_limit", result.text
+    assert "held the start of a frame" in result.note, result.note
+    after = await runtime.run("1 + 1")
+    assert after.value == "2" and after.generation == result.generation + 1
+
+
 @pytest.fixture
 async def runtime_with_echo(make_runtime: MakeRuntime) -> Runtime:
     return await make_runtime(tools=[echo])

@@ -192,6 +192,12 @@ class Channel:
             self._watch.asked = True  # the script's `exec` asks the kernel to check
         return self.done
 
+    @property
+    def partial_frame(self) -> int:
+        """Bytes read of a frame whose end has not come (an honest kernel writes whole
+        frames; a script writing to the channel can leave one cut short)."""
+        return self._reader.pending
+
     def end_script(self) -> None:
         self.script = None
         self.done = None

@@ -650,8 +650,13 @@ class Interpreter:
                 pass
         if not done.done():
             # Said before the kill: the kernel's exit, reported while `kill` waits for it,
-            # would otherwise settle the script as a crash.
-            done.set_result({"status": "killed"})
+            # would otherwise settle the script as a crash. A frame cut short on the channel
+            # may have swallowed the kernel's `done`: the result says so.
+            killed: wire.DoneFrame = {"status": "killed"}
+            partial = self._channel.partial_frame
+            if partial:
+                killed["partial_frame"] = partial
+            done.set_result(killed)
             await self.kill()
         return done.result()
 

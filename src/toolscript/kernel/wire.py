@@ -266,6 +266,9 @@ if TYPE_CHECKING:
         threads_left: int
         processes_left: int
         """The host's own: processes of the sandbox it found alive after a stop."""
+        partial_frame: int
+        """The host's own: bytes of a frame cut short on the channel when it killed the
+        interpreter (code writing to the channel leaves one so)."""
         again: bool
         """The kernel says its last `done` again, for a kept kernel's new host: a host that
         saw it already ignores it."""
