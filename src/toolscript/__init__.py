@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .agent import Agent, ExecutionControl, InvalidControl, Turn
     from .background import ScriptHandle
     from .config import Settings
     from .host.images import ScriptImage
@@ -32,9 +33,12 @@ if TYPE_CHECKING:
 # Each public name loads its module when it is first asked for: `toolscript --help`, or a
 # command that runs no script, does not pay for the whole runtime.
 _WHERE = {
+    "Agent": "agent",
     "CallContext": "tools.spec",
     "CallRecord": "results",
     "CallReport": "results",
+    "ExecutionControl": "agent",
+    "InvalidControl": "agent",
     "Journal": "host.journal",
     "JournalCall": "host.journal",
     "JournalFileError": "host.journal.records",
@@ -55,13 +59,17 @@ _WHERE = {
     "ToolAnnotations": "tools.spec",
     "ToolOutcome": "tools.spec",
     "ToolSpec": "tools.spec",
+    "Turn": "agent",
     "tool": "tools.python",
 }
 
 __all__ = [
+    "Agent",
     "CallContext",
     "CallRecord",
     "CallReport",
+    "ExecutionControl",
+    "InvalidControl",
     "Journal",
     "JournalCall",
     "JournalFileError",
@@ -82,6 +90,7 @@ __all__ = [
     "ToolAnnotations",
     "ToolOutcome",
     "ToolSpec",
+    "Turn",
     "__version__",
     "tool",
 ]

@@ -84,6 +84,36 @@ def test_an_answered_call_with_no_fate_is_not_shown_in_flight(
     assert "effect unknown: its host ended while it was in flight" in rows[1], rows[1]
 
 
+def test_calls_read_by_a_program_folds_no_cell_across_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Captured, with no terminal to ask for a width: each call on one line, whole.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    path = tmp_path / "journal.sqlite3"
+    code = (
+        "import os, sys\n"
+        "from toolscript.host.journal import Journal\n"
+        "journal = Journal.open(sys.argv[1])\n"
+        "journal.record_calls([('c-1', 'main:0123456789', 'main', 'write_document_to_archive',"
+        " \"path='/reports/2026/quarterly-summary-of-everything.md'\", 1.0)])\n"
+        "journal.flush()\n"
+        "os._exit(0)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": SOURCE}
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True, env=env)
+
+    assert run(["calls", "--journal", str(path), "--uncertain"]) == 0
+    [row] = [
+        line for line in capsys.readouterr().out.splitlines() if "c-1" in line or "main:" in line
+    ]
+    for whole in (
+        "write_document_to_archive",
+        "main:0123456789",
+        "quarterly-summary-of-everything",
+    ):
+        assert whole in row, row
+
+
 def test_an_in_memory_journal_is_refused_for_there_is_none_to_read(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -96,7 +97,12 @@ def calls_command(args: argparse.Namespace) -> int:
                 ),
             )
         )
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Read by a program, not a person at a terminal: no width to fit, so no cell is
+        # folded across lines (rich takes 80 columns when it cannot ask).
+        console = Console(width=1_000)
+    console.print(table)
     return 0
 
 

@@ -308,6 +308,37 @@ class Tool(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<tool {self.spec.name!r}>"
 
+    # What the tool is, as `spec` has it, read on the tool itself (`search.name`).
+    @property
+    def name(self) -> str:
+        """The tool's name, as scripts and the journal name it."""
+        return self.spec.name
+
+    @property
+    def description(self) -> str:
+        """What the model reads of the tool: the docstring's summary."""
+        return self.spec.description
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON Schema of its arguments, from the function's annotations."""
+        return self.spec.input_schema
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of its answer, when its return annotation gives one."""
+        return self.spec.output_schema
+
+    @property
+    def annotations(self) -> ToolAnnotations:
+        """Its hints: `read_only`, `destructive`, `idempotent`, `open_world`, `title`."""
+        return self.spec.annotations
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds the host waits for its answer; None: the runtime's `tool_timeout`."""
+        return self.spec.timeout
+
     async def handle(self, arguments: dict[str, Any]) -> ToolOutcome:
         """The tool's handler: call the function with `arguments` and give its answer."""
         converters = self.converters
