@@ -193,6 +193,7 @@ _LEAVE_BEHIND = (
     "import ctypes, ctypes.util\n"
     "libc = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True)\n"
     "segment = libc.shmget(4242, 4096, 0o1000 | 0o666)  # IPC_CREAT\n"
+    "terminal = os.openpty()  # as pexpect or pty.spawn would\n"
     "port, planted, segment >= 0, sorted(os.listdir('/dev/shm'))"
 )
 
@@ -211,6 +212,8 @@ _LOOK_FOR_IT = (
     "libc = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True)\n"
     "if libc.shmget(4242, 0, 0) >= 0:\n"
     "    found.append('System V')\n"
+    "if set(os.listdir('/dev/pts')) - {{'ptmx'}}:\n"
+    "    found.append('/dev/pts')\n"
     "import multiprocessing\n"
     "multiprocessing.Lock()  # needs a /dev/shm of its own\n"
     "mine = socket.socket()\n"
@@ -225,7 +228,7 @@ _LOOK_FOR_IT = (
 async def test_nothing_one_shell_leaves_in_shared_places_reaches_another(
     make_runtime: MakeRuntime, fork: bool
 ) -> None:
-    # /dev/shm, System V memory, abstract Unix sockets and loopback ports, each of which
+    # /dev/shm, /dev/pts, System V memory, abstract Unix sockets and loopback ports, each of which
     # lives in a namespace or a mount the interpreters forked from one template would share.
     runtime = await make_runtime(fork=fork)
     assert await asyncio.wait_for(runtime.template_ready(), 20) is fork, runtime.template_failure

@@ -11,7 +11,8 @@ namespaces. This module does the rest, per interpreter, with the standard librar
 - `private_namespaces`, so that what one interpreter leaves in the sandbox's shared parts
   reaches no other: its own IPC namespace (System V memory, semaphores and queues, POSIX
   queues), network namespace (loopback ports and abstract Unix sockets; not with
-  `network=True`, which shares the host's), a `/dev/shm` of its own and `/dev` read-only;
+  `network=True`, which shares the host's), a `/dev/shm` and `/dev/pts` of its own and `/dev`
+  read-only;
 - `lock_down`, which every kernel calls before it runs any script: a user namespace of its
   own (any capability left is then good only there, where it owns nothing), every capability
   dropped from all sets and from the bounding set, `no_new_privs`, and a seccomp filter
@@ -121,7 +122,8 @@ _IFREQ = "16sH22x"  # struct ifreq: the interface's name, then its flags (40 byt
 
 def private_namespaces(network: bool) -> None:
     """Give this process (and what it forks) an IPC namespace of its own, a network
-    namespace of its own with its loopback up unless `network`, a private `/dev/shm`, and a
+    namespace of its own with its loopback up unless `network`, a private `/dev/shm` and
+    `/dev/pts`, and a
     read-only `/dev`. Call in a mount namespace of its own, with the capabilities to mount."""
     unshare(CLONE_NEWIPC | (0 if network else CLONE_NEWNET))
     if not network:
@@ -131,6 +133,11 @@ def private_namespaces(network: bool) -> None:
             fcntl.ioctl(probe, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
     if os.path.isdir("/dev/shm"):
         mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=50%")
+    if os.path.isdir("/dev/pts"):
+        # Its own terminals: another shell's (`pty.spawn`, pexpect) can be neither read nor
+        # typed into, and no interpreter takes more than `max` of the machine's.
+        data = "newinstance,ptmxmode=0666,mode=0620,max=256"
+        mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, data)
     # Devices stay usable: writing to a device node is no write to the mount that holds it.
     mount("none", "/dev", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
