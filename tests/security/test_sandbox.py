@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -423,3 +425,41 @@ async def test_no_file_the_script_makes_can_be_setuid_or_setgid(
     set_id = [path.name for path in tmp_path.iterdir() if path.stat().st_mode & 0o6000]
     assert set_id == []
     assert (tmp_path / "plain").stat().st_mode & 0o777 == 0o750
+
+
+@pytest.mark.parametrize("how", ["workdir", "mount elsewhere"])
+async def test_a_writable_folder_holding_the_interpreters_installation_leaves_it_read_only(
+    make_runtime: MakeRuntime, tmp_path: Path, how: str
+) -> None:
+    # A project's folder holds its `.venv`, and `toolscript exec` shows the current folder
+    # read-write: a `.pth` file planted there would run in the host's next Python, outside
+    # any sandbox.
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(
+        [os.path.realpath(sys.executable), "-m", "venv", "--without-pip", str(project / ".venv")],
+        check=True,
+        timeout=60,
+    )
+    [site] = (project / ".venv" / "lib").glob("python3*/site-packages")
+    inside = Path("/data") if how == "mount elsewhere" else project
+    knobs: dict[str, Any] = (
+        {"mounts": {str(project): "/data:rw"}}
+        if how == "mount elsewhere"
+        else {"workdir": project, "mounts": {}}
+    )
+    runtime = await make_runtime(python=str(project / ".venv" / "bin" / "python"), **knobs)
+    planted = inside / site.relative_to(project) / "planted.pth"
+    result = await runtime.run(
+        "outcome = []\n"
+        f"for path in ({str(planted)!r}, {str(inside / 'notes.txt')!r}):\n"
+        "    try:\n"
+        "        open(path, 'w').write('import os')\n"
+        "        outcome.append('written')\n"
+        "    except OSError as error:\n"
+        "        outcome.append(type(error).__name__)\n"
+        "outcome"
+    )
+    assert (result.status, result.value) == ("ok", "['OSError', 'written']"), result.text
+    assert not (site / "planted.pth").exists()
+    assert (project / "notes.txt").read_text() == "import os"  # the folder itself is writable

@@ -188,9 +188,51 @@ class Sandbox:
 
     def _staged(self) -> list[Mount]:
         # Mounts under /tmp are put in place by each interpreter's init, after its own
-        # private /tmp; the others bubblewrap puts in place once, for all.
+        # private /tmp; the others bubblewrap puts in place once, for all. The read-only
+        # views of what the script must not change come last, over the mounts.
         python = [Mount(path, path) for path in self.python_paths if _under(path, "/tmp")]
-        return [*python, *(mount for mount in self.mounts if _under(mount.target, "/tmp"))]
+        mounts = [mount for mount in self._mounts() if _under(mount.target, "/tmp")]
+        views = [view for view in self._read_only_views() if _under(view.target, "/tmp")]
+        return [*python, *mounts, *views]
+
+    # Goal: no mount lets the script change code the host runs. What fails: a writable
+    # mount over the interpreter's installation or toolscript's own code: `toolscript exec`
+    # shows the current folder read-write, and a project's folder holds its `.venv` (and,
+    # in a checkout, toolscript's source). Mounted after the read-only view of them, it
+    # covered it: a script planted a `.pth` file that the host's next Python ran, outside
+    # any sandbox. What we do: where a writable mount holds such a folder, the folder is
+    # shown read-only again over it, at the place the mount shows it; a writable mount
+    # inside such a folder is shown read-only.
+    def _protected(self) -> list[str]:
+        """The host's folders the script may read and must never change, resolved."""
+        found = [*self.python_paths, str(KERNEL_DIR)]
+        return _merge([os.path.realpath(path) for path in found])
+
+    def _mounts(self) -> list[Mount]:
+        """The extra mounts, each read-only where it lies inside a protected folder."""
+        protected = self._protected()
+        return [
+            mount._replace(writable=False)
+            if mount.writable
+            and any(_under(os.path.realpath(mount.source), path) for path in protected)
+            else mount
+            for mount in self.mounts
+        ]
+
+    def _read_only_views(self) -> list[Mount]:
+        """A protected folder, read-only, where a writable mount would show it writable."""
+        views: list[Mount] = []
+        for mount in self._mounts():
+            if not mount.writable:
+                continue
+            source = os.path.realpath(mount.source)
+            for path in self._protected():
+                if _under(path, source):
+                    inside = os.path.normpath(
+                        os.path.join(mount.target, os.path.relpath(path, source))
+                    )
+                    views.append(Mount(path, inside))
+        return views
 
     def command(self, argv: list[str]) -> list[str]:
         """`argv` (the template's command) under bubblewrap."""
@@ -214,7 +256,7 @@ class Sandbox:
                 args += ["--ro-bind-try", path, path]
         args += ["--ro-bind", str(KERNEL_DIR), str(KERNEL_DIR)]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-        for mount in self.mounts:
+        for mount in [*self._mounts(), *self._read_only_views()]:
             if not _under(mount.target, "/tmp"):
                 args += ["--bind" if mount.writable else "--ro-bind", mount.source, mount.target]
         for mount in self._staged():  # the template's own view (preloads may live there)
