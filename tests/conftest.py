@@ -79,7 +79,9 @@ async def runtime(make_runtime: MakeRuntime) -> Runtime:
     return await make_runtime()
 
 
-async def eventually(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+async def eventually(
+    predicate: Callable[[], bool], timeout: float, what: str = "the condition did not hold"
+) -> None:
     """Wait, without holding the event loop, until `predicate()`; at `timeout`, fail saying
     `what` ("the daemon did not appear", say) and the timeout."""
     deadline = time.monotonic() + timeout

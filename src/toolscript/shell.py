@@ -1,5 +1,8 @@
 """`Shell`: one persistent namespace whose scripts run one at a time in its own interpreter.
 
+One concept, though over 500 lines: one persistent namespace's life (its runs, its
+background scripts, its interpreter replaced), which all share its one state.
+
 The interpreter is replaced, with a note in the next result, when it dies or is killed; a
 shell idle past `idle_timeout` gives its interpreter back. What a shell uses of its runtime
 is `ShellServices`, so it never reaches into the runtime's own state.

@@ -144,9 +144,11 @@ async def test_an_idempotent_call_in_doubt_is_made_again_with_the_same_key_and_t
         [record] = result.calls.records
         assert (record.tool, record.fate) == ("put", "seen")
         assert rt.journal.uncertain() == []
+        [journaled] = rt.journal.calls(result.script_id)
     attempts = count(hosts.shared, "attempts", "put", "p1")
     assert len(attempts) == 2 and attempts[0] == attempts[1], attempts
     assert attempts[0].startswith(result.script_id)
+    assert journaled.idempotency_key == attempts[0]  # the journal says which key it was
     assert count(hosts.shared, "effects", "put", "p1") == attempts[:1]
 
 

@@ -1,5 +1,8 @@
 """Every tool call of one interpreter, from the frame that made it to its fate.
 
+One concept, though over 500 lines: the ledger of one interpreter's calls from frame to
+fate, whose every step reads the same records.
+
 Goal: each call gets exactly one true fate when its script's result is settled (docs/design.md#call-fates).
 The host knows what it did (dispatched, answered, gave up, refused); only the kernel knows
 whether code received the answer. The fate joins the two:

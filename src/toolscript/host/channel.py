@@ -1,5 +1,8 @@
 """The host's end of one kernel's channel: frames out, batched; frames in, checked.
 
+One concept, though over 500 lines: one kernel's channel in both directions, whose check of
+each frame needs what the others said.
+
 Everything the kernel sends is untrusted. A frame that is malformed, oversized or out of place
 makes the host kill that interpreter and say why (its `fault`); it never raises in the host.
 """

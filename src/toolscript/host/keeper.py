@@ -1,6 +1,9 @@
 """The host's side of the keeper (`toolscript.kernel.keeper`): find or start it, fork and take
 back interpreters through it, tell it what each runs.
 
+One concept, though over 500 lines: the host's whole conversation with the keeper (starting
+it, forking and taking back interpreters, its board): one protocol.
+
 With `Runtime(keep_interpreters=True)` the template is the keeper's child, not the host's, so
 interpreters outlive the host. `Keeper` offers what `Template` offers (`fork`, `alive`,
 `preloaded`), so a kernel's process is forked through either the same way, and adds what only

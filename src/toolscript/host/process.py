@@ -1,5 +1,8 @@
 """A kernel's process, seen from the host: start it, signal it, see it end.
 
+One concept, though over 500 lines: one kernel's process from the host's side: each way it
+is started and every way it ends, which must agree.
+
 A kernel is forked from the runtime's template when there is one that serves, forked from a
 sandboxed template of its own when it must be confined and the runtime's cannot serve, and
 spawned otherwise. A forked kernel is the template's child, not the host's: its end is seen

@@ -1,5 +1,8 @@
 """The OS sandbox around every interpreter: what it shows, and how it is started.
 
+One concept, though over 500 lines: what the sandbox shows, and how it is started and
+probed, which must agree on every mount.
+
 The script is hostile. A separate process of the same user is no boundary: it can read the
 host's `/proc/<pid>/environ` and `/proc/<pid>/mem`, the journal through `/proc/<pid>/fd`,
 other shells' folders, and the network. So the template (and with it every interpreter it

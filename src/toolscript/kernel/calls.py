@@ -1,5 +1,9 @@
 """Tool calls as the script sees them, and what only the kernel can tell the host about them.
 
+One concept, though over 500 lines: a call's whole life inside the script (its coroutine,
+its number, its wait, and what the kernel tells the host of it), whose parts read the same
+records.
+
 Goal: the host must learn, for every call, whether the code that made it received the answer.
 Timing cannot tell (an answer can arrive while the event loop is held, or after the code gave
 up), so the kernel says it, at the moment it happens:

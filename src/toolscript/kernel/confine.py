@@ -1,5 +1,9 @@
 """Confinement inside the sandbox: namespaces, mounts, capabilities and a seccomp filter.
 
+One concept, though over 500 lines: each confinement step (namespaces, mounts, capabilities,
+the seccomp filter) with the system calls it needs, in one standard-library module that the
+kernel loads before it trusts anything else.
+
 The host starts the template under bubblewrap (see `toolscript.host.sandbox`), which gives it
 a read-only view of what Python needs, no network, and its own user, PID, IPC and UTS
 namespaces. This module does the rest, per interpreter, with the standard library only

@@ -1,5 +1,8 @@
 """The check before running: a script read against the catalogue's stubs by a type checker.
 
+One concept, though over 500 lines: a script read against the stubs: the checker's
+diagnostics and the rewording of each into a finding, which must know the same script.
+
 Goal: a script that calls a tool that does not exist, passes a keyword the tool does not
 take, leaves out a required one, passes one by position, forgets an `await` or reads a key
 that a result's `TypedDict` does not have is told so before any of its calls take effect.

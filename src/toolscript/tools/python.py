@@ -1,5 +1,8 @@
 """Python functions as tools: the `@tool` decorator.
 
+One concept, though over 500 lines: a Python function made a tool (its schema, its
+arguments' conversion, its handler and the threads synchronous tools run on).
+
 ```python
 @tool
 async def send_message(channel_id: str, text: str) -> str:

@@ -95,6 +95,15 @@ class JournalCall:
     uncertain: bool
     uncertain_reason: str | None
 
+    @property
+    def idempotency_key(self) -> str:
+        """The key the call's tool was given (`CallContext.idempotency_key`, and an MCP
+        server's `_meta.idempotencyKey`): the same each time the call is made, a host's
+        restart included, so a tool that deduplicates can be checked against it."""
+        if self.script_id is None:
+            return self.call_id
+        return f"{self.script_id}.{self.call_id.rpartition('.')[2]}"
+
 
 class TakenCall(NamedTuple):
     """A call of a host that is gone, as `Journal.take_over_calls` finds it for the host that

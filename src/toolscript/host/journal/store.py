@@ -1,5 +1,9 @@
 """The `Journal`: opening it, the write calls (recorded ahead in the intent file, buffered for
-SQLite) and the queries the runtime and the CLI ask."""
+SQLite) and the queries the runtime and the CLI ask.
+
+One concept, though over 500 lines: the journal's one object: the writes every tool call
+makes and the queries read from them, over the same tables and buffer.
+"""
 
 from __future__ import annotations
 
