@@ -20,8 +20,11 @@ from .conftest import kernel_pid
 
 
 def fake_python(tmp_path: Path, body: str) -> str:
-    """A shell script standing in for a Python interpreter."""
-    path = tmp_path / "python"
+    """A shell script standing in for a Python interpreter, in a folder of its own: the
+    sandbox shows an interpreter's folder read-only even under a writable mount, and the
+    tests mount `tmp_path` read-write for what the script writes there."""
+    path = tmp_path / "bin" / "python"
+    path.parent.mkdir()
     path.write_text(f"#!/bin/sh\n{body}\n")
     path.chmod(0o755)
     return str(path)
