@@ -224,12 +224,13 @@ class Sandbox:
 
     def _read_only_views(self) -> list[Mount]:
         """A protected folder, read-only, where a writable mount would show it writable."""
+        protected = self._protected()
         views: list[Mount] = []
         for mount in self._mounts():
             if not mount.writable:
                 continue
             source = os.path.realpath(mount.source)
-            for path in self._protected():
+            for path in protected:
                 if _under(path, source):
                     inside = os.path.normpath(
                         os.path.join(mount.target, os.path.relpath(path, source))

@@ -108,13 +108,10 @@ class _ToolThreads:
         while True:
             job = self._work.get()
             with self._lock:
-                begins = job.state == _QUEUED
-                job.state = _RUNNING if begins else job.state
-            if not begins:  # given up while it waited for a thread: it never runs
-                del job
-                with self._lock:
+                if job.state != _QUEUED:  # given up while it waited for a thread: never run
                     self._idle += 1
-                continue
+                    continue
+                job.state = _RUNNING
             try:
                 result: Any = job.function()
                 error: BaseException | None = None
