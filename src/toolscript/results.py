@@ -670,7 +670,14 @@ def result_from(
     elif ending == "killed":
         status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
         words.append(
-            _stop_words(outcome.stop_reason, limit, settings, killed=True, one_off=one_off)
+            _stop_words(
+                outcome.stop_reason,
+                limit,
+                settings,
+                killed=True,
+                one_off=one_off,
+                hurried=report.get("hurried") is True,
+            )
         )
         partial = report.get("partial_frame")
         if isinstance(partial, int) and partial > 0:
@@ -764,7 +771,13 @@ def _closes_with_stop(reason: str | None) -> bool:
 
 
 def _stop_words(
-    reason: str | None, limit: float, settings: Settings, *, killed: bool, one_off: bool = False
+    reason: str | None,
+    limit: float,
+    settings: Settings,
+    *,
+    killed: bool,
+    one_off: bool = False,
+    hurried: bool = False,
 ) -> str:
     if reason == "time_limit":
         first = f"Stopped at the time limit of {limit:g} s."
@@ -779,19 +792,22 @@ def _stop_words(
             else f"Cancelled by the caller ({reason})."
         )
         more = ""
+    late = (
+        "It was cancelled again before it had stopped, so"
+        if hurried
+        else f"It did not stop within {settings.grace:g} s of the interrupt, so"
+    )
     if one_off:
         # Its interpreter was its own and ends with it: nothing is kept, nothing runs next.
         how = (
-            f"It did not stop within {settings.grace:g} s of the interrupt, so its "
-            "interpreter was killed."
+            f"{late} its interpreter was killed."
             if killed
             else "It was interrupted and stopped within the grace period."
         )
         return f"{first} {how}{more}"
     if killed:
         return (
-            f"{first} It did not stop within {settings.grace:g} s of the interrupt, so the "
-            "interpreter was killed: its variables, imports and tasks are gone"
+            f"{first} {late} the interpreter was killed: its variables, imports and tasks are gone"
             + (
                 "."
                 if _closes_with_stop(reason)

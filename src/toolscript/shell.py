@@ -264,7 +264,8 @@ class Shell:
         """Run one script and return its result, whatever happens to it.
 
         Cancelling the awaiting task stops the script (interrupt, then a kill after the grace
-        period); the script's end is still journaled.
+        period); a second cancel kills it at once. Either way the cancel is raised once the
+        script has ended, and its end is journaled and kept as `last_result`.
         """
         self._services.check_open()
         script_id = f"{self.name}:{secrets.token_hex(5)}"

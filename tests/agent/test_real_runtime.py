@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import MakeRuntime
 from toolscript import Runtime, tool
-from toolscript.agent import Agent
+from toolscript.agent import Agent, ResumeError
 
 from .helpers import KEY, agent_for, control, said_to_model
 from .standins import Reply, StandIn
@@ -258,3 +258,34 @@ async def test_finish_is_refused_once_naming_a_call_still_pending_then_accepted(
     assert "cancel_script" not in refused and "Still running" not in refused, refused
     assert "wait_for_gate()" in refused and "pending when the script ended" in refused
     assert turn.summary == "done, knowing it may still come"
+
+
+async def test_a_turn_this_process_is_running_cannot_be_resumed_beside_it(
+    standin: StandIn, runtime: Runtime, gate: Gate
+) -> None:
+    # The journal names this process as the turn's holder, and this process is alive: a
+    # second loop taking the turn up would tell the model the script never ran while it runs.
+    standin.queue(
+        Reply(calls=[("run_python", {"code": "print(await wait_for_gate())"})]),
+        Reply(calls=[("finish", {"summary": "through the gate"})]),
+    )
+    started: list[str] = []
+    agent = agent_for(
+        standin,
+        runtime,
+        on_event=lambda event: (
+            started.append(event.detail["turn_id"]) if event.kind == "turn_started" else None
+        ),
+    )
+    running = asyncio.create_task(agent.run("wait at the gate"))
+    await asyncio.wait_for(gate.entered.wait(), 20)
+    [turn_id] = started
+
+    with pytest.raises(ResumeError) as refused:
+        await agent_for(standin, runtime).resume(turn_id)
+
+    assert refused.value.reason == "held" and "still running in this process" in str(refused.value)
+    gate.opened.set()
+    turn = await asyncio.wait_for(running, 20)
+    assert (turn.stop_reason, turn.steps) == ("end_turn", 2)
+    assert len(standin.requests) == 2  # the refused resume asked the model nothing

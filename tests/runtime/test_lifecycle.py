@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -125,7 +126,10 @@ async def test_closing_the_runtime_while_a_script_blocks_is_bounded_and_answers_
     assert time.monotonic() - started < 5
     assert result.status == "cancelled", result.text
     assert "the runtime was closed" in result.note
-    assert "its variables are gone" in result.note and "kept" not in result.note
+    # Stopped within the grace period, or (on a loaded machine, where the interrupted
+    # `sleep` can take longer than the suite's 0.5 s to return) killed after it: gone either way.
+    assert re.search(r"its variables(, imports and tasks)? are gone", result.note), result.note
+    assert "kept" not in result.note
     assert is_gone(pid)
 
 

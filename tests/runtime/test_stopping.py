@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GRACE, wait_for_file
-from toolscript import Runtime, ScriptResult
+from tests.conftest import GRACE, MakeRuntime, wait_for_file
+from toolscript import Runtime, ScriptResult, tool
 
 LIMIT = 1.0
 SLACK = 2.0
@@ -219,3 +219,53 @@ async def test_a_cancelled_script_is_journaled_as_cancelled(
     )
     statuses = [script.status for script in runtime.journal.scripts()]
     assert "cancelled" in statuses
+
+
+@pytest.mark.timeout(30)
+async def test_a_second_cancel_kills_at_once_and_the_record_is_the_scripts_own(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    # Two cancels of one run, the second while the first one's stop waits out its grace
+    # period for a script that ignores the interrupt: the second kills it now, and what the
+    # shell and the journal record is this script's end, not the one before it.
+    calls: list[str] = []
+
+    @tool
+    def note(tag: str) -> str:
+        """Note a tag."""
+        calls.append(tag)
+        return tag
+
+    runtime = await make_runtime(tools=[note], grace=20.0)
+    shell = runtime.shell("default")
+    first = await shell.run("await note(tag='first')")
+    started = tmp_path / "started"
+    task = asyncio.create_task(
+        shell.run(
+            f"await note(tag='second')\nimport pathlib\n"
+            f"pathlib.Path({str(started)!r}).touch()\n"
+            "while True:\n    try:\n        while True:\n            pass\n"
+            "    except KeyboardInterrupt:\n        pass\n",
+            time_limit=60,
+        )
+    )
+    await wait_for_file(started)
+    asked = time.monotonic()
+    task.cancel()
+    await asyncio.sleep(0)  # the first cancel lands, and its stop begins
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - asked < SLACK + 3  # not the grace period of 20 s
+    result = shell.last_result
+    assert result is not None and result.script_id != first.script_id
+    assert result.status == "cancelled"
+    assert "cancelled again before it had stopped" in result.note, result.text
+    assert [record.tool for record in result.calls.records] in ([], ["note"])
+    assert result.calls.made == 1
+    ended = {script.script_id: script.status for script in runtime.journal.scripts()}
+    assert ended[result.script_id] == "cancelled"
+    after = await shell.run("print('next')")
+    assert after.status == "ok" and after.stdout == "next\n", after.text
+    assert after.generation == first.generation + 1
+    assert calls == ["first", "second"]

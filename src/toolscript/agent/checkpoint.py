@@ -58,8 +58,21 @@ class ResumeError(ValueError):
         self.reason = reason
 
 
+DRIVEN: set[str] = set()
+"""The turns an `Agent` of this process is running now (`Agent.run`, `Agent.resume`): the
+journal names their holder as this process, alive, so it cannot tell them from a turn whose
+loop here has ended without ending the turn (an error out of it), which may be resumed."""
+
+
 def take_saved(runtime: ScriptRuntime, turn_id: str) -> SavedTurn:
     """The turn `turn_id` as its process last saved it, now this process's to go on with."""
+    if turn_id in DRIVEN:
+        raise ResumeError(
+            turn_id,
+            "held",
+            f"turn {turn_id} is still running in this process: it cannot be "
+            "resumed while its agent runs it",
+        )
     if not isinstance(runtime, JournaledRuntime):
         raise ResumeError(
             turn_id,

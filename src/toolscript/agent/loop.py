@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..actions import Actions, no_such_tool
-from .checkpoint import TurnCheckpoint, take_saved
+from .checkpoint import DRIVEN, TurnCheckpoint, take_saved
 from .control import ExecutionControl, TurnBudget
 from .conversation import (
     AssistantMessage,
@@ -150,6 +150,8 @@ class Agent:
         # stops its background scripts and returns. `abort_requested` makes the turn stop at
         # its next step even if some code in it swallowed the cancel.
         inner = asyncio.create_task(turn.run())
+        DRIVEN.add(turn.turn_id)
+        inner.add_done_callback(lambda _: DRIVEN.discard(turn.turn_id))
         while True:
             try:
                 return await asyncio.shield(inner)

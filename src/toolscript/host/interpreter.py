@@ -159,11 +159,14 @@ class Interpreter:
         """Its tools were bound by another host: bind this host's before the next run."""
         self._resuming: RunningScript | None = None
         self._taken_back: asyncio.Future[None] | None = None
+        """Done once a kernel taken back from a keeper has said what it holds (or is gone)."""
         self._stopping: (
             tuple[asyncio.Future[wire.DoneFrame], asyncio.Future[wire.DoneFrame]] | None
         ) = None
         """The stop under way, with the `done` of the script it stops."""
-        """Done once a kernel taken back from a keeper has said what it holds (or is gone)."""
+        self._hurried = False
+        """A second cancel came: the stop of this script kills at once (`_hurry`)."""
+        self._hurry_future: asyncio.Future[None] | None = None
 
     # -- what it is --------------------------------------------------------------------------
 
@@ -586,7 +589,19 @@ class Interpreter:
         stop_reason: str | None,
         interrupted: bool = False,
     ) -> Outcome:
+        # Goal: however many cancels come, and wherever they land, the script that was sent
+        # ends, is concluded, and its outcome is the one the caller records (`last_outcome`).
+        # What fails: a second cancel while the first one's stop waits out its grace period,
+        # or a cancel while an ended script is concluded, unwinds the conclusion: the caller
+        # then recorded an earlier script's outcome, and the stop went on behind its back.
+        # What we do: the first cancel begins the stop; from there the end runs in a task of
+        # its own, awaited shielded, and each later cancel only hurries the stop (the kill
+        # comes now, not after the grace period).
         cancelled = False
+        self.last_outcome = None
+        self._hurried = False
+        stopping: asyncio.Future[wire.DoneFrame] | None = None
+        report: wire.DoneFrame | None = None
         try:
             if time_limit <= 0:
                 raise TimeoutError
@@ -594,11 +609,35 @@ class Interpreter:
                 report = await asyncio.shield(done)
         except TimeoutError:
             stop_reason = "time_limit"
-            report = await self._stop(stop_reason, grace, interrupt=not interrupted)
+            stopping = self._stop_task(grace, interrupt=not interrupted)
         except asyncio.CancelledError:
             cancelled = True
             stop_reason = "cancelled"
-            report = await asyncio.shield(self._stop(stop_reason, grace, interrupt=not interrupted))
+            stopping = self._stop_task(grace, interrupt=not interrupted)
+        ending = asyncio.ensure_future(self._ended(stopping, report, stop_reason))
+        while True:
+            try:
+                outcome = await asyncio.shield(ending)
+                break
+            except asyncio.CancelledError:
+                if ending.cancelled():
+                    raise
+                cancelled = True
+                self._hurry()
+        if cancelled:
+            self.last_outcome = outcome
+            raise asyncio.CancelledError
+        return outcome
+
+    async def _ended(
+        self,
+        stopping: asyncio.Future[wire.DoneFrame] | None,
+        report: wire.DoneFrame | None,
+        stop_reason: str | None,
+    ) -> Outcome:
+        if stopping is not None:
+            report = await stopping
+        assert report is not None
         taken_back = self._taken_back
         if taken_back is not None and not taken_back.done():
             # Taken back from a keeper: the report waits for what the kernel holds (see
@@ -607,13 +646,15 @@ class Interpreter:
                 await asyncio.wait_for(asyncio.shield(taken_back), self.launch.start_timeout)
             except TimeoutError:
                 pass
-            except asyncio.CancelledError:
-                cancelled = True
-        outcome = await self._conclude(report, stop_reason)
-        if cancelled:
-            self.last_outcome = outcome
-            raise asyncio.CancelledError
-        return outcome
+        return await self._conclude(report, stop_reason)
+
+    def _hurry(self) -> None:
+        """Cut short the grace period of the stop under way, or of the next one: the script
+        is killed now (a second cancel)."""
+        self._hurried = True
+        hurry = self._hurry_future
+        if hurry is not None and not hurry.done():
+            hurry.set_result(None)
 
     async def stop(self, reason: str, grace: float) -> None:
         """Stop the running script (used by a handle's cancel); `execute` then concludes,
@@ -625,16 +666,19 @@ class Interpreter:
             await self._stop(reason, grace)
 
     async def _stop(self, reason: str, grace: float, interrupt: bool = True) -> wire.DoneFrame:
+        return await asyncio.shield(self._stop_task(grace, interrupt))
+
+    def _stop_task(self, grace: float, interrupt: bool) -> asyncio.Future[wire.DoneFrame]:
         done = self._channel.done
         assert done is not None
         stopping = self._stopping
         if stopping is not None and stopping[0] is done and not stopping[1].done():
             # Stopped already (a cancel, then the runtime's close, say): a second SIGINT
             # would cut short the clean-up the first one's grace period is for.
-            return await asyncio.shield(stopping[1])
+            return stopping[1]
         task = asyncio.ensure_future(self._stop_once(done, grace, interrupt))
         self._stopping = (done, task)
-        return await asyncio.shield(task)
+        return task
 
     async def _stop_once(
         self, done: asyncio.Future[wire.DoneFrame], grace: float, interrupt: bool = True
@@ -644,15 +688,21 @@ class Interpreter:
         if not done.done() and self.alive and self.pid is not None:
             if interrupt:
                 self._process.signal(signal.SIGINT)  # the kernel's handler makes it a stop
-            try:
-                return await asyncio.wait_for(asyncio.shield(done), grace)
-            except TimeoutError:
-                pass
+            if not self._hurried:
+                hurry = self._hurry_future = self._loop.create_future()
+                try:
+                    await asyncio.wait(
+                        (done, hurry), timeout=grace, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    self._hurry_future = None
         if not done.done():
             # Said before the kill: the kernel's exit, reported while `kill` waits for it,
             # would otherwise settle the script as a crash. A frame cut short on the channel
             # may have swallowed the kernel's `done`: the result says so.
             killed: wire.DoneFrame = {"status": "killed"}
+            if self._hurried:
+                killed["hurried"] = True
             partial = self._channel.partial_frame
             if partial:
                 killed["partial_frame"] = partial

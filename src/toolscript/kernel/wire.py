@@ -266,6 +266,8 @@ if TYPE_CHECKING:
         threads_left: int
         processes_left: int
         """The host's own: processes of the sandbox it found alive after a stop."""
+        hurried: bool
+        """The host's own: a second cancel cut the stop's grace period short."""
         partial_frame: int
         """The host's own: bytes of a frame cut short on the channel when it killed the
         interpreter (code writing to the channel leaves one so)."""
