@@ -20,7 +20,12 @@ if TYPE_CHECKING:
     from .config import Settings
     from .host.images import ScriptImage
     from .host.journal import Journal, JournalCall, JournalScript
-    from .host.journal.records import JournalFileError, JournalOpenError, JournalVersionError
+    from .host.journal.records import (
+        JournalAccessError,
+        JournalFileError,
+        JournalOpenError,
+        JournalVersionError,
+    )
     from .host.keeper import KeeperError
     from .host.sandbox import SandboxError
     from .results import CallRecord, CallReport, ScriptResult
@@ -41,6 +46,7 @@ _WHERE = {
     "InvalidControl": "agent",
     "Journal": "host.journal",
     "JournalCall": "host.journal",
+    "JournalAccessError": "host.journal.records",
     "JournalFileError": "host.journal.records",
     "JournalOpenError": "host.journal.records",
     "JournalScript": "host.journal",
@@ -71,6 +77,7 @@ __all__ = [
     "ExecutionControl",
     "InvalidControl",
     "Journal",
+    "JournalAccessError",
     "JournalCall",
     "JournalFileError",
     "JournalOpenError",

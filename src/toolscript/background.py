@@ -385,7 +385,15 @@ class BackgroundScripts:
             interpreter.log_to(log, settings.log_limit)
             services.check_open()
             started = time.monotonic()
-            outcome = await interpreter.execute(script_id, code, limit, settings.grace)
+            try:
+                outcome = await interpreter.execute(script_id, code, limit, settings.grace)
+            except asyncio.CancelledError:
+                # A cancel of this task (`cancel`, as the script ended on its own and its
+                # interpreter was not busy any more): the script was sent, and its end is
+                # the interpreter's word all the same.
+                if interpreter.last_outcome is None:
+                    raise
+                outcome = interpreter.last_outcome
             result = result_from(
                 outcome,
                 settings,

@@ -638,7 +638,9 @@ def result_from(
                 f"of {_size(settings.limits.get('address_space'))}). It was replaced: its state "
                 "is gone. Look for large lists, strings or data frames built in memory."
             )
-    elif ending == "stopped" and (report.get("threads_left") or report.get("processes_left")):
+    elif ending == "stopped" and (
+        report.get("threads_left") or report.get("timers_left") or report.get("processes_left")
+    ):
         status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
         words.append(
             _stop_words(outcome.stop_reason, limit, settings, killed=False, one_off=one_off).split(
@@ -650,6 +652,10 @@ def result_from(
                 f"{report['threads_left']} thread(s) the script started were still running "
                 "after the stop, and a thread cannot be stopped from outside"
                 if report.get("threads_left")
+                else f"{report['timers_left']} timer(s) the script set (a POSIX timer, or an "
+                "interval timer set again while it was stopped) were still armed after the "
+                "stop, and each would run code of the script's"
+                if report.get("timers_left")
                 else f"{report['processes_left']} process(es) the script started were still "
                 "running after the stop, though the interpreter said it had ended them all "
                 "(the script kept them from it)"
@@ -868,6 +874,8 @@ def reset_words(outcome: Outcome, status: str) -> str:
     """Why the interpreter that ran `outcome` was replaced, for the next run's note."""
     if outcome.report.get("threads_left"):
         return "a thread the previous script started was still running after its stop"
+    if outcome.report.get("timers_left"):
+        return "a timer the previous script set was still armed after its stop"
     if outcome.report.get("processes_left"):
         return "a process the previous script started was still running after its stop"
     if outcome.ending == "killed":

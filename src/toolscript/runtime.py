@@ -242,8 +242,9 @@ class Runtime:
         Idempotent, and safe to await from several tasks at once: the runtime starts once.
 
         Raises, each from `toolscript`: `JournalFileError` for a journal file that is not a
-        toolscript journal (`JournalOpenError`, a subclass, for one that cannot be opened or
-        made), `JournalVersionError` for one a newer toolscript wrote, `MCPConfigError` for
+        toolscript journal, or one damaged (`JournalOpenError`, a subclass, for one that
+        cannot be opened or made, and `JournalAccessError`, a subclass of that, for one that
+        cannot be written: read-only, or locked by another process), `JournalVersionError` for one a newer toolscript wrote, `MCPConfigError` for
         an MCP config that cannot be used, `SandboxError` with `sandbox="required"` where no
         sandbox can be made, `KeeperError` with `keep_interpreters=True` when no keeper can
         be found or started (another host is attached, say), and `RuntimeClosedError`
@@ -624,15 +625,20 @@ class Runtime:
             head.abandon()
         if self._mcp is not None:
             await self._mcp.aclose()
-        if self._journal is not None:
-            self._journal.close()
-        if self._busy is not None:
-            busypoll.detach(self._busy)
-            self._busy = None
-        if self._sandbox is not None:
-            self._sandbox.close()
-        if self._workdir is not None and not self.keep_interpreters:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+        try:
+            if self._journal is not None:
+                self._journal.close()
+        finally:
+            # A journal whose last write fails (a full disk) raises here, its records safe
+            # in its intent files for the next reader; what else the runtime holds is let go
+            # all the same, since a second `aclose` does nothing.
+            if self._busy is not None:
+                busypoll.detach(self._busy)
+                self._busy = None
+            if self._sandbox is not None:
+                self._sandbox.close()
+            if self._workdir is not None and not self.keep_interpreters:
+                shutil.rmtree(self._workdir, ignore_errors=True)
 
     async def __aenter__(self) -> Runtime:
         return await self.start()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from .host.interpreter import (
     Outcome,
     code_too_large,
 )
-from .host.journal import Journal
+from .host.journal import Journal, JournalClosedError
 from .host.pool import CLOSED, CapReached, InterpreterPool
 from .results import (
     SHELL_CLOSING,
@@ -337,7 +338,7 @@ class Shell:
         closes = self._closes
         journal = services.journal
         notes: list[str] = []
-        notes.extend(self._uncertain_notes())
+        notes.extend(await self._uncertain_notes())
         try:
             interpreter, reset_note = await self._interpreter_for_run()
         except InterpreterStartError as error:
@@ -432,6 +433,7 @@ class Shell:
             outcome.ending in ("killed", "crashed", "fault")
             or result.status == "crashed"
             or outcome.report.get("threads_left")
+            or outcome.report.get("timers_left")
             or outcome.report.get("processes_left")
         ):
             self._interpreter = None
@@ -501,16 +503,29 @@ class Shell:
             return interpreter
         raise AssertionError("not reached")
 
-    def _uncertain_notes(self) -> list[str]:
+    async def _uncertain_notes(self) -> list[str]:
         if self._told_uncertain:
             return []
-        self._told_uncertain = True
         journal = self._services.journal
-        calls = journal.untold_uncertain(self.name)
-        if not calls:
-            return []
-        journal.mark_told(call.call_id for call in calls)
-        return [uncertain_words(calls)]
+
+        def look_up() -> list[str]:
+            calls = journal.untold_uncertain(self.name)
+            if not calls:
+                return []
+            journal.mark_told(call.call_id for call in calls)
+            return [uncertain_words(calls)]
+
+        # Off the event loop: another process may hold the journal's lock for as long as
+        # SQLite waits (seconds), and every other shell would wait with this one.
+        try:
+            notes = await asyncio.to_thread(look_up)
+        except (sqlite3.Error, JournalClosedError) as error:
+            return [
+                "The journal could not be read for the calls an earlier host of this shell "
+                f"left uncertain ({error}); a later run looks again."
+            ]
+        self._told_uncertain = True
+        return notes
 
     def _refused(
         self, script_id: str, reason: str, time_limit: float | None, note: str | None = None

@@ -246,7 +246,8 @@ DISARM = (
     "import sys\n"
     "runner = next(m for n, m in sys.modules.items() if n.endswith('kernel.runner'))\n"
     "async def nothing_to_end(*args, **kwargs):\n"
-    "    return 0\n"
+    "    import types\n"
+    "    return types.SimpleNamespace(threads=0, timers=0)\n"
     "runner.end_what_it_started = nothing_to_end\n"
 )
 """Python for a script: replace the kernel's code that ends what a stopped script started
@@ -270,7 +271,19 @@ def hopper(token: str, ready: Path) -> str:
     )
 
 
-KEPT = {**ATTACKS, "hopper": hopper}
+def shell_chain(token: str, ready: Path) -> str:
+    """A shell script that appends a line, starts itself again in the background and exits:
+    a new pid every millisecond or so, each gone before a pidfd of it can be looked at."""
+    chain = ready.parent / f"chain-{token}.sh"
+    return (
+        f"import pathlib, subprocess\n"
+        f"pathlib.Path({str(chain)!r}).write_text("
+        f"'echo x >> {ready}\\n/bin/sh {chain} &\\nexit 0\\n')\n"
+        f"subprocess.Popen(['/bin/sh', {str(chain)!r}], start_new_session=True)\n"
+    )
+
+
+KEPT = {**ATTACKS, "hopper": hopper, "shell-chain": shell_chain}
 
 
 @pytest.mark.parametrize("attack", list(KEPT))
@@ -291,6 +304,10 @@ async def test_processes_a_script_kept_from_the_kernels_stop_are_found_by_the_ho
     after = await runtime.run("'runner' in globals()")
     assert (after.value, after.generation) == ("False", first.generation + 1), after.text
     assert "a process the previous script started" in after.note, after.note
+    if attack == "shell-chain":  # its processes carry no token: its file must stop growing
+        size = ready.stat().st_size
+        await runtime.run("import time\ntime.sleep(0.3)")
+        assert ready.stat().st_size == size, "the chain went on after the stop"
 
 
 async def test_a_thread_a_script_kept_from_the_kernels_stop_may_not_call_a_tool_after_it(
@@ -420,3 +437,112 @@ async def test_a_timer_the_script_left_never_fires_after_a_time_limit_stop(
     )
     assert (after.status, after.value) == ("ok", "[]"), after.text
     assert after.generation == result.generation
+
+
+async def _still_after_a_while(runtime: Runtime, count: str) -> None:
+    """Run, in the stopped script's own interpreter (kept), `count` twice, 0.3 s apart: it
+    must not have grown (its loop runs meanwhile: what the script left could run there)."""
+    after = await runtime.run(
+        f"import asyncio\nbefore = {count}\nawait asyncio.sleep(0.3)\n({count}) - before"
+    )
+    assert (after.status, after.value, after.generation) == ("ok", "0", 1), after.text
+
+
+@pytest.mark.parametrize(
+    "arm",
+    [
+        # An interval timer whose handler runs in the main thread, at any bytecode.
+        "signal.signal(signal.SIGALRM, lambda *_: ticks.append(1))\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)\n",
+        # An interval timer armed again by the script's own cleanup when the stop reaches it.
+        "signal.signal(signal.SIGALRM, lambda *_: ticks.append(1))\n"
+        "def rearm():\n    signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)\n",
+        # A reader that makes itself ready again each time it runs.
+        "a, b = socket.socketpair()\n"
+        "def ready():\n    a.recv(1)\n    ticks.append(1)\n    b.send(b'x')\n"
+        "asyncio.get_running_loop().add_reader(a.fileno(), ready)\nb.send(b'x')\n",
+        # A signal handler on the loop, fed by an interval timer.
+        "asyncio.get_running_loop().add_signal_handler(signal.SIGALRM, ticks.append, 1)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)\n",
+    ],
+    ids=["setitimer", "rearmed-in-cleanup", "loop-reader", "loop-signal-handler"],
+)
+async def test_what_runs_the_scripts_code_in_the_main_thread_ends_with_the_stop(
+    make_runtime: MakeRuntime, arm: str
+) -> None:
+    runtime = await make_runtime()
+    first = await runtime.run(
+        "import asyncio, signal, socket, time\nticks = []\nrearm = lambda: None\n"
+        + arm
+        + "while True:\n    try:\n        time.sleep(0.05)\n    except KeyboardInterrupt:\n"
+        "        rearm()\n        raise\n",
+        time_limit=1,
+    )
+    assert first.status == "time_limit", first.text
+    assert "kept" in first.note, first.note  # all of it ended: nothing costs the interpreter
+    await _still_after_a_while(runtime, "len(ticks)")
+
+
+async def test_faulthandlers_repeating_dump_ends_with_the_stop(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    dumps = tmp_path / "dumps"
+    runtime = await make_runtime(mounts={tmp_path: "rw"})
+    first = await runtime.run(
+        f"import faulthandler, time\nout = open({str(dumps)!r}, 'w')\n"
+        "faulthandler.dump_traceback_later(0.01, repeat=True, file=out)\ntime.sleep(60)\n",
+        time_limit=1,
+    )
+    assert first.status == "time_limit", first.text
+    assert dumps.stat().st_size > 0  # it ran until the stop
+    await _still_after_a_while(runtime, f"__import__('os').path.getsize({str(dumps)!r})")
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        # A thread whose loop is all in C: it never has a Python frame to be listed by.
+        "import _thread, collections, itertools, time\n"
+        "_thread.start_new_thread(collections.deque, (zip(map(time.sleep, "
+        "itertools.repeat(0.01)), map(ticks.append, itertools.repeat(1))), 0))\n",
+        # A POSIX timer that starts a native thread for each expiry (SIGEV_THREAD).
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "class Sigevent(ctypes.Structure):\n"
+        "    _fields_ = [('value', ctypes.c_void_p), ('signo', ctypes.c_int),\n"
+        "                ('notify', ctypes.c_int), ('function', ctypes.c_void_p),\n"
+        "                ('attributes', ctypes.c_void_p), ('pad', ctypes.c_char * 32)]\n"
+        "class Spec(ctypes.Structure):\n"
+        "    _fields_ = [('interval', ctypes.c_long * 2), ('value', ctypes.c_long * 2)]\n"
+        "tick = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: ticks.append(1))\n"
+        "event = Sigevent(notify=2, function=ctypes.cast(tick, ctypes.c_void_p))\n"
+        "timer = ctypes.c_void_p()\n"
+        "assert libc.timer_create(1, ctypes.byref(event), ctypes.byref(timer)) == 0\n"
+        "spec = Spec((ctypes.c_long * 2)(0, 10_000_000), (ctypes.c_long * 2)(0, 10_000_000))\n"
+        "assert libc.timer_settime(timer, 0, ctypes.byref(spec), None) == 0\n",
+        # A POSIX timer that sends a signal (SIGEV_SIGNAL, the default: SIGALRM).
+        "import ctypes, signal\n"
+        "signal.signal(signal.SIGALRM, lambda *_: ticks.append(1))\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "class Spec(ctypes.Structure):\n"
+        "    _fields_ = [('interval', ctypes.c_long * 2), ('value', ctypes.c_long * 2)]\n"
+        "timer = ctypes.c_void_p()\n"
+        "assert libc.timer_create(1, None, ctypes.byref(timer)) == 0\n"
+        "spec = Spec((ctypes.c_long * 2)(0, 10_000_000), (ctypes.c_long * 2)(0, 10_000_000))\n"
+        "assert libc.timer_settime(timer, 0, ctypes.byref(spec), None) == 0\n",
+    ],
+    ids=["frameless-thread", "posix-timer-thread", "posix-timer-signal"],
+)
+async def test_what_the_stop_cannot_end_makes_it_replace_the_interpreter(
+    make_runtime: MakeRuntime, start: str
+) -> None:
+    runtime = await make_runtime()
+    first = await runtime.run(
+        "ticks = []\n" + start + "while len(ticks) < 3:\n    pass\nwhile True:\n    pass\n",
+        time_limit=2,
+    )
+    assert first.status == "time_limit", first.text
+    assert "replaced" in first.note and "state is gone" in first.note, first.note
+    after = await runtime.run("ticks")
+    assert after.status == "error" and after.generation == first.generation + 1, after.text
+    assert "fresh interpreter" in after.note, after.note

@@ -72,8 +72,13 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 141
     except Exception as error:
         # A journal file that cannot be one is the caller's to fix, as a bad path is.
+        import sqlite3
+
         from ..host.journal import JournalAccessError, JournalFileError, JournalVersionError
 
+        if isinstance(error, sqlite3.DatabaseError):
+            # Damaged past what opening it reads: found by a query.
+            error = JournalFileError("the journal", f"{error}; it is damaged")
         if not isinstance(error, (JournalAccessError, JournalFileError, JournalVersionError)):
             raise
         print(f"toolscript {args.command}: error: {error}", file=sys.stderr)

@@ -722,8 +722,9 @@ class Interpreter:
             report = {**report, "broken": self.broken}
         gone = status in ("killed", "crashed", "fault", "broken")
         self._quiet = report.get("quiet") is True
-        if status == "stopped" and report.get("threads_left"):
-            # A thread cannot be stopped from outside: the interpreter goes with it.
+        if status == "stopped" and (report.get("threads_left") or report.get("timers_left")):
+            # A thread cannot be stopped from outside, nor a timer the kernel cannot name:
+            # the interpreter goes with it.
             self.closing = True
             gone = True
         elif status == "stopped" and not gone:

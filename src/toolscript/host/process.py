@@ -150,15 +150,28 @@ class KernelProcess:
         loop = asyncio.get_running_loop()
         kernel = self.kernel_pid()
         deadline = loop.time() + wait
+        first: set[int] | None = None
         while True:
             # Looked for again once those found have ended: a process that forks and exits
-            # over and over ends under every pidfd, while its newest child runs on.
-            found = pidfds([pid for pid in descendants(self.pid) if pid != kernel])
+            # over and over ends under every pidfd, while its newest child runs on; one that
+            # does it fast enough has ended by the time its pidfd is looked at, every time.
+            # Only a look that finds no process at all (not even one just ended, which its
+            # parent or the init reaps at once) says none is left.
+            listed = [pid for pid in descendants(self.pid) if pid != kernel]
+            if first is None:
+                first = set(listed)
+            if not listed:
+                return 0
+            found = pidfds(listed)
             try:
                 live = _still_running(found)  # a zombie has ended: its parent reaps it
                 left = deadline - loop.time()
-                if not live or left <= 0:
-                    return len(live)
+                if left <= 0:
+                    # Processes that came after the stop are the newest of such a chain.
+                    return len(live) or int(not first.issuperset(listed))
+                if not live:
+                    await asyncio.sleep(0.001)  # the ended ones are reaped, or a chain goes on
+                    continue
                 waits = [asyncio.ensure_future(ended(pidfd)) for pidfd in live]
                 _, pending = await asyncio.wait(waits, timeout=left)
                 for waiting in pending:

@@ -41,7 +41,7 @@ from .descriptors import BROKEN_EXIT, OwnDescriptors
 from .loop import KernelLoop, WatchedSelector, forbid_asyncio_run, moved_socket, task_factory
 from .names import NameTeller
 from .show import make_show
-from .stop import end_what_it_started, in_internal_code, nothing_left_running
+from .stop import end_what_it_started, in_internal_code, nothing_left_running, os_threads
 from .streams import ScriptOutput
 from .wire import BATCH, ChannelReader, FrameError, FrameReader, encode
 
@@ -53,7 +53,16 @@ if TYPE_CHECKING:
 
 
 class _Script:
-    __slots__ = ("finished", "grace", "id", "marker", "stop_reason", "task", "value")
+    __slots__ = (
+        "finished",
+        "grace",
+        "id",
+        "marker",
+        "stop_reason",
+        "task",
+        "threads_before",
+        "value",
+    )
 
     def __init__(self, script_id: str, marker: str, grace: float = 1.0) -> None:
         self.id = script_id
@@ -63,6 +72,8 @@ class _Script:
         self.stop_reason: str | None = None
         self.finished = False
         self.value: Any = None
+        self.threads_before = os_threads()
+        """The OS's threads when it began: those it leaves after a stop are its own."""
 
 
 class Kernel:
@@ -405,9 +416,14 @@ class Kernel:
 
     async def _settle_stop(self, script: _Script, report: DoneFrame) -> None:
         # Stop means stopped: what the script started ends with it (see `stop`).
-        threads = await end_what_it_started(self.loop, self.calls, self.sandboxed, script.grace)
-        if threads:
-            report["threads_left"] = threads
+        own = frozenset((self._channel.fileno(),))
+        left = await end_what_it_started(
+            self.loop, self.calls, self.sandboxed, script.grace, own, script.threads_before
+        )
+        if left.threads:
+            report["threads_left"] = left.threads
+        if left.timers:
+            report["timers_left"] = left.timers
         self._finish(script, report)
 
     def _cancel_script(self) -> None:

@@ -14,14 +14,21 @@ an exception the script can clean up after; then end everything the script start
   `KeyboardInterrupt` there. A handler that runs inside the kernel's own or asyncio's code
   (`in_internal_code`) cancels the task instead, so the kernel's state is never torn.
 - A script that ignores both is killed by the host after the grace period.
-- Once the script has ended, `end_what_it_started` cancels the tasks and timers it left,
-  kills the processes it started (in the sandbox) and counts the threads that still run.
+- Once the script has ended, `end_what_it_started` ends what else could run its code: it
+  disarms the interval timers and faulthandler's watchdog, cancels the tasks and timers it
+  left on the loop, takes the loop's readers, writers and signal handlers that are not the
+  kernel's (closing the transports they belong to), kills the processes it started (in the
+  sandbox), and counts what it cannot end from here: threads (those with no Python frame,
+  and native ones the script made, too) and POSIX timers. The host replaces an interpreter
+  that says any are left.
 """
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextlib
+import faulthandler
 import os
 import selectors
 import signal
@@ -29,7 +36,7 @@ import sys
 import threading
 import time
 import types
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .cells import KERNEL_DIR
 
@@ -49,16 +56,41 @@ def in_internal_code(frame: types.FrameType | None) -> bool:
     return filename.startswith(_INTERNAL)
 
 
+class Left(NamedTuple):
+    """What a stop could not end: the interpreter must go with it."""
+
+    threads: int
+    timers: int
+
+
+def os_threads() -> frozenset[str] | None:
+    """The ids of this process's threads as the OS lists them (`None` where it cannot)."""
+    try:
+        return frozenset(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
 async def end_what_it_started(
-    loop: asyncio.AbstractEventLoop, calls: CallTable, sandboxed: bool, grace: float
-) -> int:
-    """After a stop: end what the script started; the number of its threads still running.
+    loop: asyncio.AbstractEventLoop,
+    calls: CallTable,
+    sandboxed: bool,
+    grace: float,
+    own_fds: frozenset[int] = frozenset(),
+    threads_before: frozenset[str] | None = None,
+) -> Left:
+    """After a stop: end what the script started; what still runs that cannot be ended.
 
     Tasks are cancelled and given a moment to run their cleanup and tell which calls they
     stopped waiting for. In the sandbox, every process but its init and this kernel is
     killed. Threads cannot be stopped from outside: they are waited for `grace / 2` seconds
-    (a second at most), and the host replaces an interpreter that says some still run.
+    (a second at most), and the host replaces an interpreter that says some still run, or
+    that POSIX timers are left. `own_fds` are the kernel's own descriptors on the loop;
+    `threads_before` the OS's threads when the script began (see `os_threads`).
     """
+    # Timers first: a signal handler they fire runs the script's code in the main thread,
+    # whenever it likes, and may queue tool calls for the next script (`call_soon`).
+    _disarm_timers()
     current = asyncio.current_task()
     others = [task for task in asyncio.all_tasks(loop) if task is not current]
     calls.stop_reaches_script()
@@ -83,16 +115,83 @@ async def end_what_it_started(
         with contextlib.suppress(Exception):  # a `join` of the script's own may raise
             thread.join(max(0.0, deadline - time.monotonic()))
         left += bool(_alive(thread))
+    # The task's cleanup above ran the script's code: what it may have armed again ends here.
+    _disarm_timers()
+    _end_loop_leftovers(loop, own_fds)
     # What `threading` says is the script's word: a thread made with `_thread` is not
-    # listed, and a `Thread` of its own may say it ended. The interpreter's own list of
-    # the threads that run Python is not (a library's idle workers in C, OpenBLAS's say,
-    # are not in it, and do not cost the interpreter). A thread whose `join` returned may
-    # take a moment to leave it.
-    while (running := python_threads()) > 1:
+    # listed, and a `Thread` of its own may say it ended. The interpreter's own list of the
+    # threads that run Python lists only those with a frame (a loop all in C, `deque(map(
+    # ...))` say, has none), and `_thread`'s count only those it started: the OS's list
+    # also has the native threads the script made (through `ctypes`, a POSIX timer's or
+    # faulthandler's) that can call back into Python. A library's idle workers in C
+    # (OpenBLAS's, say) are in it too when the script started them: a stop of such a script
+    # replaces the interpreter. A thread whose `join` returned may take a moment to leave.
+    while (running := _threads_left(threads_before)) > 0:
         if time.monotonic() >= deadline:
-            return max(left, running - 1)
+            break
         time.sleep(0.001)
-    return left
+    return Left(max(left, running), _timers_left())
+
+
+def _threads_left(before: frozenset[str] | None) -> int:
+    """Threads still running besides the main one, by the largest of the three counts."""
+    counts = [python_threads() - 1, _thread._count()]
+    now = os_threads()
+    if now is not None and before is not None:
+        counts.append(len(now - before))
+    return max(counts)
+
+
+def _disarm_timers() -> None:
+    """Disarm what fires without the loop: the interval timers (`signal.setitimer`,
+    `signal.alarm`) and faulthandler's repeating dump (`dump_traceback_later`)."""
+    for which in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+        with contextlib.suppress(OSError):
+            signal.setitimer(which, 0)
+    faulthandler.cancel_dump_traceback_later()
+
+
+def _timers_left() -> int:
+    """POSIX timers (`timer_create`, through `ctypes`) that still exist, and interval timers
+    armed again since they were disarmed: they fire signals, or start threads, of their own."""
+    armed = sum(
+        signal.getitimer(which) != (0.0, 0.0)
+        for which in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+    )
+    try:
+        with open("/proc/self/timers") as listed:
+            posix = sum(line.startswith("ID:") for line in listed)
+    except OSError:
+        posix = 0
+    return armed + posix
+
+
+def _end_loop_leftovers(loop: asyncio.AbstractEventLoop, own_fds: frozenset[int]) -> None:
+    """Take off the loop what would run the script's code when a descriptor or a signal
+    is ready: readers and writers on descriptors not the kernel's (a transport's is
+    closed with its connection), and signal handlers (the kernel has none on its loop)."""
+    state: Any = loop  # asyncio's private state: its selector and its handlers
+    selector = getattr(state, "_selector", None)
+    if selector is None:
+        return
+    for key in list(selector.get_map().values()):
+        if key.fd in own_fds:
+            continue
+        removers = (state._remove_reader, state._remove_writer)
+        for handle, remove in zip(key.data, removers, strict=False):
+            if handle is None or handle.cancelled():
+                continue
+            owner = getattr(handle._callback, "__self__", None)
+            if owner is loop:
+                continue  # the loop's own wake-up socket
+            if isinstance(owner, asyncio.BaseTransport):
+                with contextlib.suppress(Exception):
+                    owner.abort()  # type: ignore[attr-defined]
+            with contextlib.suppress(Exception):
+                remove(key.fd)
+    for number in list(getattr(state, "_signal_handlers", {})):
+        with contextlib.suppress(Exception):
+            loop.remove_signal_handler(number)
 
 
 def _alive(thread: threading.Thread) -> bool:

@@ -264,6 +264,8 @@ if TYPE_CHECKING:
         broken: str
         """The kernel's own descriptors were broken, in words; it is ended."""
         threads_left: int
+        timers_left: int
+        """POSIX timers (and interval timers armed again) that a stop could not end."""
         processes_left: int
         """The host's own: processes of the sandbox it found alive after a stop."""
         hurried: bool

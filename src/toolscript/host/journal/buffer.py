@@ -24,6 +24,14 @@ MAX_DEFER = 1.0
 """Seconds within which what is buffered reaches SQLite while a script runs (see
 `_WriteBehind._flush_loop`)."""
 
+MAX_UNWRITTEN = 50_000
+"""Calls that may wait in the buffer while its writes to SQLite fail: past this, new calls
+are refused (not made), with the reason, until a write succeeds. Memory and the intent
+files stay bounded however long SQLite fails (a damaged file, a lock held for good)."""
+
+RETRY_MOST = 2.0
+"""Seconds at most between tries to write the buffer while its writes fail."""
+
 _log = logging.getLogger(__name__)
 
 
@@ -61,6 +69,8 @@ class _WriteBehind:
         self._sequence = count()
         self._intents: _IntentLog | None = None
         self._me = _this_process()
+        self.failing: tuple[str, float] | None = None
+        """While writes to SQLite fail: the last error, and when the first of them came."""
         self.durable_ends = False
         """Whether `end_script` also writes to the intent file, so that a script's end
         survives a kill of the host (set when kept interpreters outlive their host)."""
@@ -114,10 +124,24 @@ class _WriteBehind:
                     return
                 try:
                     self._commit()
-                except sqlite3.Error:
+                except sqlite3.Error as error:
                     # The batch went back to the buffer and its intent lines stay: the next
-                    # round tries again.
-                    _log.exception("Could not write to the call journal; will retry.")
+                    # round tries again, later each time, and new calls are refused once
+                    # MAX_UNWRITTEN wait (see `record_calls`).
+                    failing = self.failing
+                    if failing is None or failing[0] != str(error):
+                        _log.exception("Could not write to the call journal; will retry.")
+                    since = time.monotonic() if failing is None else failing[1]
+                    self.failing = (str(error), since)
+                else:
+                    if self.failing is not None:
+                        _log.warning("The call journal is written again.")
+                    self.failing = None
+            failing = self.failing
+            if failing is not None:
+                waited = time.monotonic() - failing[1]
+                if self._closing.wait(min(RETRY_MOST, max(FLUSH_INTERVAL, waited / 4))):
+                    return
 
     def _commit(self, sweep: bool = False, end_host: bool = False) -> None:
         """Write the buffer in one transaction, with the sweep of gone hosts or this host's

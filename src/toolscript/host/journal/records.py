@@ -219,10 +219,11 @@ class JournalOpenError(JournalFileError):
         )
 
 
-class JournalAccessError(Exception):
+class JournalAccessError(JournalOpenError):
     """The journal's file (or its folder) cannot be opened for writing: read-only, not
     permitted, or locked by another process for longer than the busy timeout. Every open
-    journal writes (its host's row, and the calls of hosts that are gone), readers too."""
+    journal writes (its host's row, and the calls of hosts that are gone), readers too.
+    A `JournalOpenError`, so a `JournalFileError` too."""
 
     def __init__(self, path: str, reason: str, *, locked: bool = False) -> None:
         self.path = path
@@ -233,7 +234,7 @@ class JournalAccessError(Exception):
             "access, or point toolscript at another journal (TOOLSCRIPT_STATE, or the "
             "journal argument)."
         )
-        super().__init__(f"The journal at {path} cannot be written ({reason}). {advice}")
+        Exception.__init__(self, f"The journal at {path} cannot be written ({reason}). {advice}")
 
 
 class JournalClosedError(Exception):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..state import state_dir
-from .buffer import _WriteBehind
+from .buffer import MAX_UNWRITTEN, _WriteBehind
 from .intents import (
     _answer_line,
     _call_line,
@@ -158,6 +158,8 @@ class Journal(_ServeRecords, _WriteBehind):
                 return cls(connection, path)
             except sqlite3.OperationalError as error:
                 raise _access_error(path, error) from error
+            except sqlite3.DatabaseError as error:  # damaged past its first page
+                raise JournalFileError(str(path), str(error)) from None
         except BaseException:
             connection.close()
             raise
@@ -233,6 +235,13 @@ class Journal(_ServeRecords, _WriteBehind):
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
+            if self.failing is not None and len(unwritten) >= MAX_UNWRITTEN:
+                raise OSError(
+                    errno.EIO,
+                    f"its file has not taken a write for {time.monotonic() - self.failing[1]:.0f}"
+                    f" s (SQLite says: {self.failing[0]}) and {len(unwritten):,} calls wait to "
+                    "be written",
+                )
             if len(rows) == 1:
                 call_id = rows[0][0]
                 if call_id in unwritten or call_id in open_rows:
@@ -506,6 +515,12 @@ class Journal(_ServeRecords, _WriteBehind):
         with self._db_lock:
             try:
                 self._commit(end_host=True)
+            except sqlite3.Error as error:
+                raise JournalAccessError(
+                    str(self.path or MEMORY),
+                    f"its last write failed: {error}; what it holds stays in its intent files, "
+                    "which the next host to open it writes",
+                ) from error
             finally:
                 self._db.close()
                 if self._intents is not None:
