@@ -332,6 +332,9 @@ class Actions:
         self.keep_count = keep_count
         self.recall = recall
         self._scripts: OrderedDict[str, _Tracked] = OrderedDict()
+        self._forgotten: OrderedDict[str, None] = OrderedDict()
+        """Ids of scripts started here and forgotten since (the newest `_FORGOTTEN_KEPT`):
+        `recall` is not asked of them, whose answer is for scripts of an earlier face."""
 
     # -- run_python ----------------------------------------------------------------------
 
@@ -494,7 +497,11 @@ class Actions:
             return _refused(action, problems)
         self._forget_old()
         tracked = self._scripts.get(script_id)
-        recalled = None if tracked or self.recall is None else self.recall(script_id)
+        recalled = (
+            None
+            if tracked or self.recall is None or script_id in self._forgotten
+            else self.recall(script_id)
+        )
         if recalled is not None:
             return recalled
         if tracked is None:
@@ -531,7 +538,13 @@ class Actions:
         for number, (when, script_id) in enumerate(ended):
             if number < too_many or now - when > self.keep_for:
                 del self._scripts[script_id]
+                self._forgotten[script_id] = None
+                if len(self._forgotten) > _FORGOTTEN_KEPT:
+                    self._forgotten.popitem(last=False)
 
+
+_FORGOTTEN_KEPT = 10_000
+"""Ids of forgotten scripts a conversation remembers it forgot."""
 
 _SCRIPT_ID_WORDS = "`script_id` must be the id run_python gave, a string"
 

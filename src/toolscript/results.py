@@ -773,7 +773,8 @@ _DEFAULT_CANCEL = "cancelled by the caller"
 
 def _closes_with_stop(reason: str | None) -> bool:
     """Whether a stop for `reason` ends the interpreter too, so nothing of it is kept."""
-    return reason in (CLOSING, SHELL_CLOSING) or (reason or "").startswith(COMMAND_STOPPED)
+    said = reason or ""
+    return said in (CLOSING, SHELL_CLOSING) or said.startswith((COMMAND_STOPPED, SHELL_CLOSING))
 
 
 def _stop_words(
@@ -791,6 +792,10 @@ def _stop_words(
             f" To allow more time, run again with a larger time_limit (at most "
             f"{settings.max_time_limit:g} s), or split the work."
         )
+    elif _closes_with_stop(reason):
+        # Nobody cancelled it: what it ran in closed (the runtime, the shell, the command).
+        first = f"Stopped: {reason}."
+        more = ""
     else:
         first = (
             "Cancelled by the caller."

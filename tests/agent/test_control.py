@@ -175,6 +175,30 @@ async def test_a_before_step_that_raises_declines_and_the_turn_goes_on_to_its_ca
     ]
 
 
+@pytest.mark.parametrize("error", [asyncio.CancelledError, TimeoutError])
+@pytest.mark.parametrize("plain", [True, False], ids=["plain", "async"])
+async def test_a_before_step_raising_cancelled_or_timeout_itself_declines_in_those_words(
+    standin: StandIn, fake: FakeRuntime, error: type[BaseException], plain: bool
+) -> None:
+    # Nobody cancelled the turn, and no time ran out: the callback raised them itself (it
+    # awaited something cancelled elsewhere, say). A decline like any other exception.
+    def broken(state: StepState) -> int:
+        raise error("from the callback")
+
+    async def broken_async(state: StepState) -> int:
+        raise error("from the callback")
+
+    standin.queue(*steps_that_run_scripts(3))
+    agent = agent_for(standin, fake, max_steps=2, before_step=broken if plain else broken_async)
+
+    turn = await agent.run("go")
+
+    assert (turn.stop_reason, turn.steps) == ("step_cap", 2), turn.error
+    outcomes = [e["outcome"] for e in turn.transcript if e.get("event") == "before_step"]
+    said = f"declined: before_step raised {error.__name__}: from the callback"
+    assert outcomes == [said, said]
+
+
 async def test_a_before_step_that_overruns_its_timeout_declines(
     standin: StandIn, fake: FakeRuntime
 ) -> None:

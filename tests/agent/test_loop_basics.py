@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from toolscript.agent import Agent, ResumeError
@@ -143,3 +145,40 @@ async def test_a_turn_cannot_be_resumed_on_a_runtime_that_keeps_no_journal(
     assert (refused.value.reason, refused.value.turn_id) == ("no_journal", turn.turn_id)
     assert "keeps no journal" in str(refused.value)
     assert len(standin.requests) == 1
+
+
+async def test_a_call_whose_input_holds_nan_is_refused_and_the_turn_stays_json(
+    standin: StandIn, fake: FakeRuntime
+) -> None:
+    # `NaN` is Python's, not JSON's: read as a number, the next request could not carry it.
+    standin.queue(
+        Reply(calls=[("run_python", {"code": "print(1)", "time_limit_s": float("nan")})]),
+        Reply(text="done"),
+    )
+
+    turn = await agent_for(standin, fake).run("go")
+
+    assert (turn.stop_reason, turn.steps) == ("end_turn", 2), turn.error
+    assert fake.the_shell.runs == []
+    assert "its arguments were not a JSON object" in said_to_model(standin.requests[1])
+    json.dumps(turn.to_dict(), allow_nan=False)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "named"),
+    [({"images": "no"}, "images"), ({"on_event": 5}, "on_event")],
+)
+async def test_agent_arguments_of_the_wrong_kind_are_refused_naming_them(
+    fake: FakeRuntime, knobs: dict[str, object], named: str
+) -> None:
+    with pytest.raises(TypeError, match=named):
+        Agent("anthropic:model", fake, api_key="k", control=control(), **knobs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("task", [None, 5, b"bytes"])
+async def test_a_task_that_is_not_text_is_refused_before_the_model_is_asked(
+    standin: StandIn, fake: FakeRuntime, task: object
+) -> None:
+    with pytest.raises(TypeError, match="task"):
+        await agent_for(standin, fake).run(task)  # type: ignore[arg-type]
+    assert standin.requests == []

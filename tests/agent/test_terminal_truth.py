@@ -217,3 +217,62 @@ async def test_the_step_cap_ends_the_turn_before_the_next_request(
     assert unsent[0]["sent"] is False
     assert "ran 'x = 1'" in unsent[0]["results"][0]["text"]
     assert "ran 'x = 1'" not in said_to_model(standin.requests[0])
+
+
+async def test_an_abort_mid_reply_says_which_of_its_calls_were_not_run(
+    standin: StandIn, fake: FakeRuntime
+) -> None:
+    # Three scripts and a finish in one reply; the turn is aborted while the second runs.
+    # As a lifetime's stop does, the record names the third and the finish as not run.
+    gate = asyncio.Event()
+    started = asyncio.Event()
+
+    async def long_script(limit: float | None) -> FakeResult:
+        started.set()
+        await gate.wait()
+        return FakeResult("ok", "done")
+
+    fake.the_shell.behaviours["work()"] = long_script
+    standin.queue(
+        Reply(
+            calls=[
+                ("run_python", {"code": "x = 1"}),
+                ("run_python", {"code": "work()"}),
+                ("run_python", {"code": "y = 2"}),
+                ("finish", {"summary": "all three"}),
+            ]
+        )
+    )
+    agent = agent_for(standin, fake)
+    task = asyncio.create_task(agent.run("go"))
+
+    await asyncio.wait_for(started.wait(), 10)
+    task.cancel()
+    turn = await asyncio.wait_for(task, 10)
+
+    assert turn.stop_reason == "aborted"
+    assert [run[0] for run in fake.the_shell.runs] == ["x = 1", "work()"]
+    [unsent] = [
+        e for e in turn.transcript if e["role"] == "tool_results" and e.get("sent") is False
+    ]
+    said = {
+        result["name"] + ":" + result["call_id"]: result["text"] for result in unsent["results"]
+    }
+    calls = next(e for e in turn.transcript if e["role"] == "assistant")["tool_calls"]
+    first, second, third, finish = (call["name"] + ":" + call["id"] for call in calls)
+    assert second not in said  # its end is the abandoned script's, in the turn's error
+    assert said[third] == "run_python was not run: the caller cancelled the turn before it."
+    assert said[finish] == "finish was not run: the caller cancelled the turn before it."
+    assert first in said
+
+
+async def test_an_on_event_listener_raising_cancelled_does_not_abort_the_turn(
+    standin: StandIn, fake: FakeRuntime
+) -> None:
+    def listener(event: AgentEvent) -> None:
+        raise asyncio.CancelledError("from the listener")
+
+    standin.queue(Reply(calls=[("run_python", {"code": "x = 1"})]), Reply(text="done"))
+    turn = await agent_for(standin, fake, on_event=listener).run("go")
+
+    assert (turn.stop_reason, turn.steps) == ("end_turn", 2), turn.error

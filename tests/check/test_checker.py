@@ -398,3 +398,21 @@ async def test_a_wrong_keyword_is_found_on_a_servers_tool_after_one_named_static
     assert outcome.ran and outcome.failure is None
     assert [finding.line for finding in outcome.findings] == [1], outcome.findings
     assert "bogus" in str(outcome.findings[0])
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize(
+    ("code", "checked"),
+    [
+        ("x = bytes.fromhex('" + "deadbeef" * 100_000 + "')\n", False),  # a long run of letters
+        ("y = 0x" + "f" * 200_000 + "\n", False),
+        ("\n".join(f"v{n}.a" for n in range(20_000)), True),  # too many names to compare
+    ],
+    ids=["hex-literal", "hex-number", "many-names"],
+)
+def test_the_cheap_test_of_a_huge_script_takes_no_time(code: str, checked: bool) -> None:
+    # It runs on the event loop: one script holding it held every shell (and a whole
+    # `toolscript serve`) for as long as it took, 15 s for a 40 kB hex literal.
+    # The test's timeout is the bound: a quadratic pass takes it many times over.
+    catalogue = CheckedCatalogue(ToolCatalogue(specs(), None).plans, "")
+    assert catalogue.names_tools(code) is checked

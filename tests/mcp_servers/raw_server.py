@@ -113,9 +113,11 @@ def main() -> None:
         elif method == "tools/call" and params.get("name") == "null":
             send({"jsonrpc": "2.0", "id": ident, "result": None})
         elif method == "tools/call" and params.get("name") == "deafen":
-            send({"jsonrpc": "2.0", "id": ident, "result": text_result("deaf now")})
+            # Deaf before it answers: a client that writes its next request at once, in the
+            # moment between an answer and a close after it, would find the pipe still read.
             os.close(0)
             os.closerange(3, 1 << 16)  # and the copies of it uvloop's spawn leaves open here
+            send({"jsonrpc": "2.0", "id": ident, "result": text_result("deaf now")})
             time.sleep(600)
             return
         else:

@@ -285,6 +285,35 @@ async def test_only_the_last_keep_count_ended_scripts_are_kept(runtime: Runtime)
     assert kept.data is not None and kept.data["value"] == "2"
 
 
+async def test_a_script_forgotten_here_is_not_answered_by_the_recall_of_an_earlier_face(
+    runtime: Runtime,
+) -> None:
+    # `recall` answers for scripts an earlier face (a restarted server) started; one this
+    # conversation started and forgot is unknown, as the refusal says, not "the server
+    # stopped before it kept the result".
+    asked: list[str] = []
+
+    def recall(script_id: str) -> Answer | None:
+        asked.append(script_id)
+        return Answer("exit 0 · ok\n\nthe server stopped before it kept the result")
+
+    actions = Actions(runtime.shell("kept"), max_time_limit=60, keep_count=1, recall=recall)
+    first = await actions.start(RunRequest("1", None, True))
+    assert first.handle is not None
+    await first.handle.result()
+    second = await actions.start(RunRequest("2", None, True))
+    assert second.handle is not None
+    await second.handle.result()
+
+    answer = await actions.script_status({"script_id": first.script_id})
+
+    assert answer.is_error and "no background script" in answer.text, answer.text
+    assert "the last 1 that ended" in answer.text
+    assert asked == []
+    elsewhere = await actions.script_status({"script_id": "kept:0123456789"})
+    assert "server stopped" in elsewhere.text and asked == ["kept:0123456789"]
+
+
 async def test_an_ended_script_is_forgotten_keep_for_seconds_after_its_end(
     runtime: Runtime,
 ) -> None:

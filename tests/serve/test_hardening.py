@@ -287,6 +287,10 @@ async def test_a_signal_ends_serve_over_http_with_its_scripts_stopped_folder_rem
     assert _working_folders(temp) == []
     ran = structured(answers["run"])
     assert ran["status"] == "cancelled"  # the run in progress was answered, not dropped
+    # Nobody cancelled it: the server stopped, and the note says so.
+    assert ran["note"].startswith(
+        "Stopped: the shell was closed because toolscript serve stopped."
+    ), ran["note"]
     _assert_closed_journal(
         tmp_path / "journal.sqlite3", [ran["script_id"], structured(background)["script_id"]]
     )
@@ -375,6 +379,10 @@ async def test_a_signal_ends_serve_over_stdio_with_its_scripts_stopped_folder_re
     assert returncode == 0
     assert _working_folders(temp) == []
     assert ran["status"] == "cancelled"  # the run in progress was answered, not dropped
+    # Nobody cancelled it: the server stopped, and the note says so.
+    assert ran["note"].startswith(
+        "Stopped: the shell was closed because toolscript serve stopped."
+    ), ran["note"]
     _assert_closed_journal(
         tmp_path / "journal.sqlite3", [ran["script_id"], background["script_id"]]
     )

@@ -248,16 +248,26 @@ class TurnBudget:
             background_running=background_running,
         )
         bound = self.within(self.control.before_step_timeout)
+        limit = asyncio.timeout(bound)
         try:
-            async with asyncio.timeout(bound):
+            async with limit:
                 if inspect.iscoroutinefunction(callback):
                     offered = await callback(state)
                 else:
                     offered = await _in_own_thread(callback, state)
                     if inspect.isawaitable(offered):
                         offered = await offered
-        except TimeoutError:
-            return f"declined: before_step did not answer within {bound:.3g} s"
+        except TimeoutError as err:
+            if limit.expired():
+                return f"declined: before_step did not answer within {bound:.3g} s"
+            return f"declined: before_step raised TimeoutError: {err}"
+        except asyncio.CancelledError as err:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the caller's cancel of the turn
+            # The callback's own (it awaited something cancelled elsewhere): a decline, as
+            # any exception of it is, not an abort nobody asked for.
+            return f"declined: before_step raised CancelledError: {err}"
         except Exception as err:
             return f"declined: before_step raised {type(err).__name__}: {err}"
         if self.control.accepts_new_cap(offered, self.cap):

@@ -31,7 +31,9 @@ class ToolCall:
         """A call whose input arrived as JSON text (empty text means no arguments)."""
         raw = raw_arguments or "{}"
         try:
-            parsed = json.loads(raw)
+            # NaN and Infinity are Python's, not JSON's: the next request could not carry
+            # them back, nor could the transcript's JSON.
+            parsed = json.loads(raw, parse_constant=_not_json)
         except ValueError:
             parsed = None
         arguments = cast("dict[str, Any]", parsed) if isinstance(parsed, dict) else None
@@ -45,6 +47,10 @@ class ToolCall:
             "arguments": self.arguments,
             "raw_arguments": self.raw_arguments,
         }
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 @dataclass(frozen=True, slots=True)

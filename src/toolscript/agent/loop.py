@@ -97,6 +97,10 @@ class Agent:
             )
         if instructions is not None and not isinstance(instructions, str):
             raise TypeError(f"instructions: expected a string, not {instructions!r}")
+        if not isinstance(images, bool):
+            raise TypeError(f"images: expected True or False, not {images!r}")
+        if on_event is not None and not callable(on_event):
+            raise TypeError(f"on_event: expected a function of one event, not {on_event!r}")
         self.model = model
         self.runtime = runtime
         self.control = control
@@ -123,6 +127,8 @@ class Agent:
         runtime that keeps a journal, the turn is saved there as it goes, under `turn_id`
         (the `turn_started` event and `Turn.turn_id` give it).
         """
+        if not isinstance(task, str):
+            raise TypeError(f"task: expected a string, not {task!r}")
         return await self._drive(_TurnRun(self, task, secrets.token_hex(6)))
 
     async def resume(self, turn_id: str) -> Turn:
@@ -202,7 +208,8 @@ class _TurnRun:
         listener = self.agent.on_event
         if listener is None:
             return
-        with contextlib.suppress(Exception):
+        # Its exceptions are ignored, `CancelledError` too: only the caller cancels a turn.
+        with contextlib.suppress(Exception, asyncio.CancelledError):
             listener(AgentEvent(kind, self.budget.steps, self.budget.elapsed(), detail))
 
     # -- the turn --------------------------------------------------------------------------
@@ -344,26 +351,43 @@ class _TurnRun:
             checkpoint.save()
         results = checkpoint.results
         stop: Stop | None = None
-        for call in calls:
-            if call.name in TERMINAL_TOOLS or call.id in results:
-                continue
-            if stop is not None or self.budget.expired():
-                stop = stop or self.budget.lifetime_stop("while the model's tool calls were run")
-                results[call.id] = not_run(
-                    self.ledger, call, "the turn's lifetime passed before it"
-                )
-                continue
-            results[call.id], stop = await self.call_tool(call)
-            if stop is None and self.budget.expired():
-                # Passed while this call ran (a script is cut to what is left of the
-                # lifetime, then stopped; one that ignores the interrupt is killed after
-                # the runtime's grace): said so, not "between steps".
-                stop = self.budget.lifetime_stop(
-                    f"while the model's {call.name} call ran (what it ran was stopped)"
-                )
-            checkpoint.in_flight = None
-            checkpoint.save()
-            self.check_abort()
+        running: ToolCall | None = None
+        try:
+            for call in calls:
+                if call.name in TERMINAL_TOOLS or call.id in results:
+                    continue
+                if stop is not None or self.budget.expired():
+                    stop = stop or self.budget.lifetime_stop(
+                        "while the model's tool calls were run"
+                    )
+                    results[call.id] = not_run(
+                        self.ledger, call, "the turn's lifetime passed before it"
+                    )
+                    continue
+                running = call
+                results[call.id], stop = await self.call_tool(call)
+                running = None
+                if stop is None and self.budget.expired():
+                    # Passed while this call ran (a script is cut to what is left of the
+                    # lifetime, then stopped; one that ignores the interrupt is killed after
+                    # the runtime's grace): said so, not "between steps".
+                    stop = self.budget.lifetime_stop(
+                        f"while the model's {call.name} call ran (what it ran was stopped)"
+                    )
+                checkpoint.in_flight = None
+                checkpoint.save()
+                self.check_abort()
+        except asyncio.CancelledError:
+            # Aborted: the call that ran is told by `scripts.abandon`; those after it, and
+            # a `finish` or `block`, were not run, and the record says so, as it does for a
+            # lifetime's stop.
+            for call in calls:
+                if call.id not in results and call is not running:
+                    results[call.id] = not_run(
+                        self.ledger, call, "the caller cancelled the turn before it"
+                    )
+            checkpoint.outbox = [results[call.id] for call in calls if call.id in results]
+            raise
         terminal = [call for call in calls if call.name in TERMINAL_TOOLS]
         for index, call in enumerate(terminal):
             if stop is not None:

@@ -43,7 +43,7 @@ How the code runs:
   run_python call in this session, unless the result says the interpreter was replaced.
 - The tools listed below are Python async functions. Call them with `await` and keyword
   arguments, e.g. `r = await server_name.tool_name(arg=1)`; run several at once with
-  `await asyncio.gather(...)`. A call you do not await does not run.
+  `import asyncio` and `await asyncio.gather(...)`. A call you do not await does not run.
 - A tool that fails raises `ToolError` (catch it if you want to go on). A call can take
   `timeout=` seconds; when that passes it raises `ToolTimeout`, but the call was sent and
   may still take effect. The same holds for a call still waiting when the script is

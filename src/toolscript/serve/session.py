@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..actions import Actions, Answer
+from ..results import SHELL_CLOSING
 from ..runtime import Shell
 
 __all__ = ["KEPT_NOTE", "RESTARTED_NOTE", "Notifier", "Session"]
@@ -113,4 +114,4 @@ class Session:
             return
         self.closed = True
         await self.actions.close(reason)
-        await self.shell.close()
+        await self.shell.close(f"{SHELL_CLOSING} because {reason}")

@@ -85,7 +85,14 @@ _USED_AS_ANSWER = ("missing-attribute", *_ON_A_VALUE)
 """Rules whose diagnostic on a coroutine means a tool's call used as its answer, not awaited."""
 _WORD = re.compile(r"[^\W\d]\w*")
 _HIDDEN_SYNTAX = re.compile(r"\b(?:yield|return)\b")
-_USED = re.compile(r"([^\W\d]\w*)\s*[(.]")
+_USED = re.compile(r"(?<!\w)([^\W\d]\w*+)\s*+[(.]")
+"""A name called or read an attribute of. Only at a name's start, and taken whole: tried at
+every letter of a long run of them (a hex literal), with backtracking, it took the event
+loop for seconds (a 60,000-character one held a whole `toolscript serve` for 15 s)."""
+
+_MOST_USED = 500
+"""Names used so in one script past which the cheap test stops looking for near-misses of
+a tool's name (each is compared with every tool's) and has the script checked."""
 _BUILTINS = frozenset(dir(builtins))
 
 
@@ -146,6 +153,8 @@ class CheckedCatalogue:
         if "await" in words or not self._words.isdisjoint(words):
             return True
         used = set(_USED.findall(code)) - _BUILTINS
+        if len(used) > _MOST_USED:
+            return True
         tools = list(self._words)
         return any(difflib.get_close_matches(word, tools, n=1, cutoff=0.75) for word in used)
 
