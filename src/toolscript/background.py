@@ -128,6 +128,8 @@ class ScriptHandle:
         return self._result.result().status
 
     def done(self) -> bool:
+        """Whether it has ended and its result is settled (`status()` is then not
+        `"running"`, and `result()` returns at once)."""
         return self._result.done()
 
     def output(self, limit: int | None = None) -> str:

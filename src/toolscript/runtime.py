@@ -162,6 +162,11 @@ class Runtime:
         # The same tool given twice is one tool (two tools of one name: the second is not
         # bound, and each run's note says so).
         self._tool_specs = list({id(spec): spec for spec in map(as_spec, tools)}.values())
+        if mcp_config is not None and not isinstance(mcp_config, str | os.PathLike | Mapping):
+            raise ValueError(
+                "mcp_config must be the path of an MCP config file or its dict "
+                f'({{"mcpServers": {{...}}}}), not {mcp_config!r}'[:300]
+            )
         self._mcp_config = mcp_config
         self._busy: LoopPoll | None = None
         self.template_failure: str | None = None
@@ -232,6 +237,7 @@ class Runtime:
 
     @property
     def preload(self) -> list[str]:
+        """The modules each interpreter imports before its first script (`preload=`)."""
         return list(self.settings.preload)
 
     # -- life --------------------------------------------------------------------------------
@@ -662,6 +668,9 @@ class Runtime:
 
     @property
     def catalogue(self) -> ToolCatalogue:
+        """Every tool scripts can call, with the binding plans the stubs and the kernel share
+        (for the agent loop and `toolscript serve`; `prompt()` and `tools` are the public
+        views of it). Raises `RuntimeClosedError` before `start()` or after `aclose()`."""
         self._check_open()
         assert self._catalogue is not None
         return self._catalogue

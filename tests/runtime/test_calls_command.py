@@ -201,3 +201,22 @@ def test_a_call_answered_after_its_script_stopped_waiting_shows_its_answer(
     shown = capsys.readouterr().out
     assert "effect known: an answer came after its script stopped waiting: 'moved 5'" in shown
     assert "effect unknown" not in shown
+
+
+def test_the_json_shows_each_calls_idempotency_key_and_help_offers_no_memory_journal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolscript.host.journal import Journal
+
+    path = tmp_path / "journal.sqlite3"
+    a_host_gone_with_calls_in_flight(path, 1000)
+    with Journal.open(path) as journal:
+        keys = {call.call_id: call.idempotency_key for call in journal.calls(limit=3)}
+    assert run(["calls", "--journal", str(path), "--json", "--limit", "3"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert {call["call_id"]: call["idempotency_key"] for call in shown} == keys
+    assert all(keys.values())
+
+    with pytest.raises(SystemExit):
+        run(["calls", "--help"])
+    assert ":memory:" not in capsys.readouterr().out

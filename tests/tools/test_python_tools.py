@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from toolscript import CallContext
+from toolscript import CallContext, Runtime, ToolAnnotations, ToolSpec
 from toolscript.kernel.binding import bind
 from toolscript.tools.binding import plan_for
 from toolscript.tools.prompt import render_prompt
@@ -423,6 +423,9 @@ async def test_a_partial_and_a_callable_object_are_tools_described_by_their_func
         ({"name": ""}, "name"),
         ({"name": 3}, "name"),
         ({"description": 3}, "description"),
+        ({"read_only": "yes"}, "read_only"),
+        ({"destructive": 1}, "destructive"),
+        ({"idempotent": "no"}, "idempotent"),
     ],
 )
 def test_a_bad_option_of_tool_is_refused_naming_it(options: dict[str, Any], named: str) -> None:
@@ -433,3 +436,20 @@ def test_a_bad_option_of_tool_is_refused_naming_it(options: dict[str, Any], name
 
     with pytest.raises(ValueError, match=f"^tool: {named} must be"):
         tool(**options)(answer)
+
+
+def test_a_lambda_without_a_name_is_refused_and_a_bad_annotations_value_too() -> None:
+    with pytest.raises(ValueError, match="lambda has no name"):
+        tool(lambda: 1)
+    assert tool(name="one")(lambda: 1).name == "one"
+    with pytest.raises(ValueError, match="read_only must be True, False or None"):
+        ToolAnnotations(read_only="x")  # type: ignore[arg-type]
+
+    async def handler(arguments: dict[str, Any]) -> ToolOutcome:
+        return ToolOutcome(1)
+
+    spec = ToolSpec("one", "One.", {"type": "object"}, handler, annotations=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="annotations must be a ToolAnnotations"):
+        Runtime(tools=[spec])
+    with pytest.raises(ValueError, match="mcp_config must be"):
+        Runtime(mcp_config=5)  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--limit", type=int, default=200, metavar="N", help="At most this many, newest."
     )
-    options.add_journal(parser)
+    options.add_journal(parser, memory=False)
     parser.set_defaults(run=calls_command)
 
 
@@ -64,7 +64,15 @@ def calls_command(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.as_json:
-        print(json.dumps([dataclasses.asdict(call) for call in records], indent=2))
+        print(
+            json.dumps(
+                [
+                    {**dataclasses.asdict(call), "idempotency_key": call.idempotency_key}
+                    for call in records
+                ],
+                indent=2,
+            )
+        )
         return 0
     import sys
 

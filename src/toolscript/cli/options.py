@@ -88,12 +88,17 @@ def add_mcp_config(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_journal(parser: argparse.ArgumentParser) -> None:
-    """`--journal FILE`."""
+def add_journal(parser: argparse.ArgumentParser, *, memory: bool = True) -> None:
+    """`--journal FILE`; `memory`: whether `:memory:` is offered (not to a command that
+    reads a journal another process wrote)."""
     parser.add_argument(
         "--journal",
         metavar="FILE",
-        help="The journal file, or ':memory:' (default: the one in the state folder).",
+        help=(
+            "The journal file, or ':memory:' (default: the one in the state folder)."
+            if memory
+            else "The journal file (default: the one in the state folder)."
+        ),
     )
 
 

@@ -222,6 +222,11 @@ class Tool(Generic[P, R]):
         )
         signature = inspect.signature(function)
         name = spec_options.get("name") or _default_name(function)
+        if name == "<lambda>":
+            raise ValueError(
+                "tool: a lambda has no name a script could call it by: give it one, "
+                "tool(name='...')(lambda ...)"
+            )
         for parameter in signature.parameters.values():
             if parameter.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD and (
                 parameter.kind is not inspect.Parameter.KEYWORD_ONLY
@@ -459,6 +464,13 @@ def tool(
         raise ValueError(f"tool: name must be a non-empty string, not {name!r}")
     if description is not None and not isinstance(description, str):
         raise ValueError(f"tool: description must be a string, not {description!r}")
+    for knob, flag in (
+        ("read_only", read_only),
+        ("destructive", destructive),
+        ("idempotent", idempotent),
+    ):
+        if flag is not None and not isinstance(flag, bool):  # "yes" would read as True
+            raise ValueError(f"tool: {knob} must be True, False or None, not {flag!r}")
     options = {
         "name": name,
         "description": description,
@@ -684,6 +696,10 @@ def _check_built(spec: ToolSpec) -> None:
         raise ValueError(
             f"tools: {spec.name!r}: timeout must be a positive, finite number of seconds or "
             f"None, not {spec.timeout!r}"
+        )
+    if not isinstance(spec.annotations, ToolAnnotations):
+        raise TypeError(
+            f"tools: {spec.name!r}: annotations must be a ToolAnnotations, not {spec.annotations!r}"
         )
 
 

@@ -43,6 +43,16 @@ class ToolAnnotations:
     idempotent: bool | None = None
     open_world: bool | None = None
 
+    def __post_init__(self) -> None:
+        if self.title is not None and not isinstance(self.title, str):
+            raise ValueError(f"ToolAnnotations: title must be a string or None, not {self.title!r}")
+        for knob in ("read_only", "destructive", "idempotent", "open_world"):
+            flag = getattr(self, knob)
+            if flag is not None and not isinstance(flag, bool):
+                raise ValueError(
+                    f"ToolAnnotations: {knob} must be True, False or None, not {flag!r}"
+                )
+
 
 class ToolOutcome(NamedTuple):
     """A tool's answer, as the host passes it to the kernel.
@@ -160,6 +170,8 @@ class ToolSpec:
 
     @property
     def key(self) -> str:
+        """How the catalogue and the journal name it: `name`, or `server/name` for a tool
+        of an MCP server."""
         return self.name if self.server is None else f"{self.server}/{self.name}"
 
     @property
