@@ -269,3 +269,20 @@ async def test_a_second_cancel_kills_at_once_and_the_record_is_the_scripts_own(
     assert after.status == "ok" and after.stdout == "next\n", after.text
     assert after.generation == first.generation + 1
     assert calls == ["first", "second"]
+
+
+@pytest.mark.timeout(60)
+async def test_a_time_limit_that_passes_before_the_script_begins_stops_it_every_time(
+    runtime: Runtime,
+) -> None:
+    # The interrupt of a limit this small reaches the interpreter before (or while) it takes
+    # up the script: ignored as stray, the script ran to its end (`ok` after 0.3 s), or an
+    # interrupt that landed in the kernel's own code left it to be killed after the grace.
+    await runtime.run("kept = 'state'")
+    seen = []
+    for limit in [1e-9, 1e-6, 1e-4] * 8:
+        result = await runtime.run("import time\ntime.sleep(0.3)\nkept", time_limit=limit)
+        seen.append((result.status, "killed" in result.note, result.generation))
+    assert seen == [("time_limit", False, 1)] * len(seen), seen
+    after = await runtime.run("kept")
+    assert (after.value, after.generation) == ("'state'", 1), after.text

@@ -41,7 +41,13 @@ from .descriptors import BROKEN_EXIT, OwnDescriptors
 from .loop import KernelLoop, WatchedSelector, forbid_asyncio_run, moved_socket, task_factory
 from .names import NameTeller
 from .show import make_show
-from .stop import end_what_it_started, in_internal_code, nothing_left_running, os_threads
+from .stop import (
+    end_what_it_started,
+    in_internal_code,
+    in_script_code,
+    nothing_left_running,
+    os_threads,
+)
 from .streams import ScriptOutput
 from .wire import BATCH, ChannelReader, FrameError, FrameReader, encode
 
@@ -90,6 +96,12 @@ class Kernel:
         """Whether this kernel is PID 2 of a PID namespace of its own (see `init`)."""
         self._transport: asyncio.Transport | None = None
         self._reader = FrameReader()
+        self._stop_next_exec = False
+        """An interrupt came while the next script's `exec` waited unread: that script is
+        stopped before it begins (see `_on_interrupt`)."""
+        self._batch: list[Any] = []
+        self._batch_at = 0
+        """The frames being handled, and which of them now."""
         self._selector = WatchedSelector()
         self._selector.move(self._own)
         self.loop = KernelLoop(self._selector)
@@ -263,8 +275,12 @@ class Kernel:
         except FrameError:
             os._exit(70)  # the host itself is broken: nothing sensible is left to do
         message: Any  # the host's frames: trusted, each of the type its kind names
-        for message in messages:
+        self._batch = messages
+        for at, message in enumerate(messages):
+            self._batch_at = at
             kind = message.get("t")
+            if self._stop_next_exec and kind != "exec":
+                self._stop_next_exec = False  # the interrupt was not for a script to come
             if kind == "answer":
                 self.calls.deliver(message["n"], message)
             elif kind == "exec":
@@ -350,6 +366,13 @@ class Kernel:
             cell = compile_cell(str(message["code"]), f"<script {script.id}>")
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as error:
             self._finish(script, {"status": "error", "error": format_compile_error(error)})
+            return
+        if self._stop_next_exec or script.stop_reason is not None:
+            # Stopped before it began (the interrupt came before its `exec` was handled, or
+            # while it was): nothing of it runs, and a stop's clean-up follows.
+            self._stop_next_exec = False
+            script.stop_reason = script.stop_reason or "stopped"
+            self.loop.create_task(self._settle_stop(script, ending(None, None, "stopped")))
             return
         if not cell.awaits:
             self._run_at_once(script, cell)
@@ -526,6 +549,14 @@ class Kernel:
                 # its `done` and died before it could say so. Said again, for the keeper to
                 # see in the channel and for the next host to read.
                 self.loop.call_soon_threadsafe(self._say_done_again)
+            if self._exec_waiting():
+                # The host sent a script and stopped it at once (a time limit of a
+                # microsecond, a cancel right after the run began): its interrupt arrived
+                # before the script's `exec` was handled. Ignored, the script would run
+                # unstopped. (The host sends no `exec` before it has read the last `done`,
+                # and no interrupt after: one that comes late for the last script comes
+                # before the next script's `exec` is sent.)
+                self._stop_next_exec = True
             return  # a stray interrupt: no script is running
         if script.stop_reason is None:
             script.stop_reason = "stopped"
@@ -535,11 +566,25 @@ class Kernel:
         task = script.task
         if task is not None and asyncio.current_task(self.loop) is not task:
             self.loop.call_soon(self._cancel_script)  # interrupted elsewhere: it still ends
-        if in_internal_code(frame):
+        if in_internal_code(frame) or not in_script_code(frame):
             self.loop.call_soon(self._cancel_script)
             return
         self.calls.stop_reaches_script()
         raise KeyboardInterrupt
+
+    def _exec_waiting(self) -> bool:
+        """Whether an `exec` waits to be handled, or is being handled and its script is not
+        yet the running one: among the frames being handled now (from the one at hand), at
+        the start of a frame read in part, or first on the channel, unread."""
+        if any(message.get("t") == "exec" for message in self._batch[self._batch_at :]):
+            return True
+        held = self._reader.held()
+        if not held:
+            try:
+                held = self._channel.recv(64, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except OSError:
+                return False
+        return held[4:].startswith((b'{"t":"exec"', b'{"t": "exec"'))
 
     def _say_done_again(self) -> None:
         if self._last_done is not None:

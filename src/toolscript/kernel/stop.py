@@ -56,6 +56,17 @@ def in_internal_code(frame: types.FrameType | None) -> bool:
     return filename.startswith(_INTERNAL)
 
 
+def in_script_code(frame: types.FrameType | None) -> bool:
+    """Whether a signal handler interrupted the script's code, or code the script called:
+    a script's frame is on the stack. Elsewhere (the kernel handling a frame in `json`'s
+    code, say, or a script not begun yet) `KeyboardInterrupt` would tear the kernel's work."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<script "):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class Left(NamedTuple):
     """What a stop could not end: the interpreter must go with it."""
 

@@ -379,6 +379,10 @@ class FrameReader:
         """Bytes held of a frame not yet complete."""
         return len(self._buffer)
 
+    def held(self) -> bytes:
+        """The bytes held of a frame not yet complete."""
+        return bytes(self._buffer)
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
         """Every message completed by `data`. `data` may be a view of the caller's receive
         buffer: nothing here keeps it past the call (a partial frame is copied)."""
