@@ -649,8 +649,9 @@ def result_from(
         )
         words.append(
             (
-                f"{report['threads_left']} thread(s) the script started were still running "
-                "after the stop, and a thread cannot be stopped from outside"
+                f"{report['threads_left']} thread(s) were still running after the stop "
+                "(started by this script or an earlier one), and a thread cannot be stopped "
+                "from outside"
                 if report.get("threads_left")
                 else f"{report['timers_left']} timer(s) the script set (a POSIX timer, or an "
                 "interval timer set again while it was stopped) were still armed after the "
@@ -673,6 +674,14 @@ def result_from(
         words.append(
             _stop_words(outcome.stop_reason, limit, settings, killed=False, one_off=one_off)
         )
+        closed = report.get("connections_closed")
+        if isinstance(closed, int) and closed > 0 and not one_off:
+            words.append(
+                f"The stop closed {closed} connection(s) or server(s) open on the "
+                "interpreter's event loop (this script's or an earlier one's): what their "
+                "code would do when data came is the script's, and nothing of it runs after a "
+                "stop. Open them again if they are needed."
+            )
     elif ending == "killed":
         status = "time_limit" if outcome.stop_reason == "time_limit" else "cancelled"
         words.append(

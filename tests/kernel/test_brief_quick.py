@@ -37,3 +37,13 @@ def test_the_fast_path_leaves_long_nested_and_odd_values_to_the_walk() -> None:
     assert _quick({"file-path": "a"}, 120) is None
     assert _quick(2**80, 120) is None
     assert _quick({str(i): i for i in range(20)}, 120) is None
+
+
+def test_a_short_string_whose_repr_is_long_is_cut_alike_on_both_paths() -> None:
+    # Found by the property above: 21 characters whose repr takes 113 (astral characters
+    # are written `\U0001eebc`), more than the room the walk keeps, less than the limit.
+    value = "000000000\x1f\x1f\x1f" + "\U00018cd6" * 5 + "\U00018d09" * 3 + "\U0001eebc"
+    for shown in (value, {"text": value}):
+        quick = _quick(shown, 120)
+        assert quick is None or quick == _Briefer(120).run(shown)
+    assert brief(value) == _Briefer(120).run(value)

@@ -247,7 +247,7 @@ DISARM = (
     "runner = next(m for n, m in sys.modules.items() if n.endswith('kernel.runner'))\n"
     "async def nothing_to_end(*args, **kwargs):\n"
     "    import types\n"
-    "    return types.SimpleNamespace(threads=0, timers=0)\n"
+    "    return types.SimpleNamespace(threads=0, timers=0, closed=0)\n"
     "runner.end_what_it_started = nothing_to_end\n"
 )
 """Python for a script: replace the kernel's code that ends what a stopped script started
@@ -464,8 +464,29 @@ async def _still_after_a_while(runtime: Runtime, count: str) -> None:
         # A signal handler on the loop, fed by an interval timer.
         "asyncio.get_running_loop().add_signal_handler(signal.SIGALRM, ticks.append, 1)\n"
         "signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)\n",
+        # A callback that queues itself again: the loop runs it at every pass, for ever.
+        "def again():\n    ticks.append(1)\n    asyncio.get_running_loop().call_soon(again)\n"
+        "asyncio.get_running_loop().call_soon(again)\n",
+        # A reader of the script's bound to the loop, to pass for the loop's own.
+        "import types\na, b = socket.socketpair()\n"
+        "def ready(self):\n    a.recv(1)\n    ticks.append(1)\n    b.send(b'x')\n"
+        "loop = asyncio.get_running_loop()\n"
+        "loop.add_reader(a.fileno(), types.MethodType(ready, loop))\nb.send(b'x')\n",
+        # A profile function: it runs whenever the kernel calls a function.
+        "import sys\nsys.setprofile(lambda *_: ticks.append(1))\n",
+        # A gc callback, run at every collection the kernel's work sets off.
+        "import gc\ngc.callbacks.append(lambda *_: ticks.append(1))\ngc.set_threshold(1)\n",
     ],
-    ids=["setitimer", "rearmed-in-cleanup", "loop-reader", "loop-signal-handler"],
+    ids=[
+        "setitimer",
+        "rearmed-in-cleanup",
+        "loop-reader",
+        "loop-signal-handler",
+        "ready-chain",
+        "reader-bound-to-the-loop",
+        "profile-function",
+        "gc-callback",
+    ],
 )
 async def test_what_runs_the_scripts_code_in_the_main_thread_ends_with_the_stop(
     make_runtime: MakeRuntime, arm: str
@@ -546,3 +567,33 @@ async def test_what_the_stop_cannot_end_makes_it_replace_the_interpreter(
     after = await runtime.run("ticks")
     assert after.status == "error" and after.generation == first.generation + 1, after.text
     assert "fresh interpreter" in after.note, after.note
+
+
+async def test_an_audit_hook_cannot_be_added(make_runtime: MakeRuntime) -> None:
+    # A hook cannot be removed, and would run whenever the kernel does what is audited.
+    runtime = await make_runtime()
+    result = await runtime.run(
+        "import sys\nheard = []\nsys.addaudithook(lambda event, _: heard.append(event))\n"
+        "open('/dev/null').close()\nheard"
+    )
+    # Python drops a hook that another refuses, without a word to its caller.
+    assert (result.status, result.value) == ("ok", "[]"), result.text
+
+
+async def test_a_stop_says_it_closed_the_connections_on_the_loop(make_runtime: MakeRuntime) -> None:
+    # An earlier script's connection, to a server the script started: a stop closes the
+    # server and both ends (their protocols are the script's code), and the result says so.
+    runtime = await make_runtime()
+    opened = await runtime.run(
+        "import asyncio\n"
+        "async def echo(reader, writer):\n    writer.write(await reader.read(10))\n"
+        "server = await asyncio.start_server(echo, '127.0.0.1', 0)\n"
+        "port = server.sockets[0].getsockname()[1]\n"
+        "reader, writer = await asyncio.open_connection('127.0.0.1', port)\n"
+    )
+    assert opened.status == "ok", opened.text
+    stopped = await runtime.run("import time\ntime.sleep(30)", time_limit=1)
+    assert stopped.status == "time_limit" and stopped.generation == opened.generation
+    assert "The stop closed 3 connection(s) or server(s)" in stopped.note, stopped.note
+    after = await runtime.run("server.is_serving()")
+    assert after.value == "False", after.text

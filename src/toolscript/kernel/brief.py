@@ -60,8 +60,15 @@ def _quick(value: object, limit: int) -> str | None:
     work. The result is the same text the walk gives.
     """
     kind = type(value)
-    quick = _quick_dict(value, limit) if kind is dict else _quick_scalar(value, kind)
-    return quick if quick is not None and len(quick) <= limit else None
+    if kind is dict:
+        quick = _quick_dict(value, limit)
+        # Within the room the walk keeps free while its keywords are open: then no entry of
+        # it is cut, and the texts are the same.
+        room = limit - _SPARE - _MARK_ROOM
+    else:
+        quick = _quick_scalar(value, kind)
+        room = limit - _SPARE
+    return quick if quick is not None and len(quick) <= room else None
 
 
 def _quick_dict(value: Any, limit: int) -> str | None:

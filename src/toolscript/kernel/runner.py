@@ -43,10 +43,12 @@ from .names import NameTeller
 from .show import make_show
 from .stop import (
     end_what_it_started,
+    forbid_audit_hooks,
     in_internal_code,
     in_script_code,
     nothing_left_running,
     os_threads,
+    reset_hooks,
 )
 from .streams import ScriptOutput
 from .wire import BATCH, ChannelReader, FrameError, FrameReader, encode
@@ -143,6 +145,7 @@ class Kernel:
         self.preload_failures: list[list[str]] = []
         """Modules of `preload` this kernel could not import (started afresh, not forked)."""
         forbid_asyncio_run()
+        forbid_audit_hooks()
         # As in an interactive interpreter: the kernel's own command line (its source folder,
         # its descriptor, its settings) is none of a script's business, and a script that
         # parses `sys.argv` (argparse) would take it for arguments meant for it.
@@ -372,6 +375,7 @@ class Kernel:
             # while it was): nothing of it runs, and a stop's clean-up follows.
             self._stop_next_exec = False
             script.stop_reason = script.stop_reason or "stopped"
+            reset_hooks(self.loop, task_factory)
             self.loop.create_task(self._settle_stop(script, ending(None, None, "stopped")))
             return
         if not cell.awaits:
@@ -431,6 +435,7 @@ class Kernel:
             # the script as surely as one that came while its code ran.
             report = ending(None, None, script.stop_reason)
         if script.stop_reason is not None:
+            reset_hooks(self.loop, task_factory)  # before the stop's own task is made
             self.loop.create_task(self._settle_stop(script, report))
             return
         if error is None:
@@ -441,8 +446,16 @@ class Kernel:
         # Stop means stopped: what the script started ends with it (see `stop`).
         own = frozenset((self._channel.fileno(),))
         left = await end_what_it_started(
-            self.loop, self.calls, self.sandboxed, script.grace, own, script.threads_before
+            self.loop,
+            self.calls,
+            self.sandboxed,
+            script.grace,
+            own,
+            script.threads_before,
+            task_factory,
         )
+        if left.closed:
+            report["connections_closed"] = left.closed
         if left.threads:
             report["threads_left"] = left.threads
         if left.timers:

@@ -29,6 +29,8 @@ import _thread
 import asyncio
 import contextlib
 import faulthandler
+import functools
+import gc
 import os
 import selectors
 import signal
@@ -68,10 +70,69 @@ def in_script_code(frame: types.FrameType | None) -> bool:
 
 
 class Left(NamedTuple):
-    """What a stop could not end: the interpreter must go with it."""
+    """What a stop could not end (the interpreter must go with it), and the connections it
+    closed."""
 
     threads: int
     timers: int
+    closed: int = 0
+
+
+def is_internal(callback: object) -> bool:
+    """Whether `callback` runs the kernel's or asyncio's own code (or C code): told by its
+    code's file, not by what it is bound to (the script binds its own functions to the
+    loop, or to the kernel's objects, with `types.MethodType`)."""
+    for _ in range(10):  # partials of partials
+        if isinstance(callback, functools.partial):
+            callback = callback.func
+        elif hasattr(callback, "__func__"):
+            callback = callback.__func__
+        else:
+            break
+    code = getattr(callback, "__code__", None)
+    if code is None:
+        if hasattr(callback, "__self__") or isinstance(callback, type):
+            return True  # a builtin or a C method: a task's step, say
+        call = getattr(type(callback), "__call__", None)  # noqa: B004 (the method)
+        code = getattr(call, "__code__", None)
+        if code is None:
+            return True
+    filename: str = code.co_filename
+    return filename.startswith(_INTERNAL)
+
+
+def reset_hooks(loop: asyncio.AbstractEventLoop, task_factory: object) -> None:
+    """Take back what runs the script's code whenever the kernel runs Python, or when it
+    makes a task: the profile and trace functions, `gc`'s callbacks and thresholds, the
+    loop's task factory and exception handler. Called as a stop begins (the stop's own
+    task must not be made by the script's factory) and again after the script's clean-up."""
+    sys.setprofile(None)
+    sys.settrace(None)
+    threading.setprofile(None)
+    threading.settrace(None)
+    gc.callbacks.clear()  # the kernel keeps none
+    gc.set_threshold(*_GC_THRESHOLDS)
+    if loop.get_task_factory() is not task_factory:
+        loop.set_task_factory(task_factory)  # type: ignore[arg-type]
+    loop.set_exception_handler(None)
+
+
+_GC_THRESHOLDS = gc.get_threshold()
+
+
+class _Inert(asyncio.Protocol):
+    """The protocol of a transport a stop closes: it hears of the close, and does nothing."""
+
+
+def forbid_audit_hooks() -> None:
+    """Refuse `sys.addaudithook` from here on: a hook cannot be removed, and runs whenever
+    the kernel does what is audited (opens a file, starts a thread), a stop's clean-up too."""
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if event == "sys.addaudithook":
+            raise RuntimeError("sys.addaudithook is not allowed in a toolscript interpreter")
+
+    sys.addaudithook(hook)
 
 
 def os_threads() -> frozenset[str] | None:
@@ -89,6 +150,7 @@ async def end_what_it_started(
     grace: float,
     own_fds: frozenset[int] = frozenset(),
     threads_before: frozenset[str] | None = None,
+    task_factory: object = None,
 ) -> Left:
     """After a stop: end what the script started; what still runs that cannot be ended.
 
@@ -127,8 +189,9 @@ async def end_what_it_started(
             thread.join(max(0.0, deadline - time.monotonic()))
         left += bool(_alive(thread))
     # The task's cleanup above ran the script's code: what it may have armed again ends here.
+    reset_hooks(loop, task_factory)
     _disarm_timers()
-    _end_loop_leftovers(loop, own_fds)
+    closed = _end_loop_leftovers(loop, own_fds)
     # What `threading` says is the script's word: a thread made with `_thread` is not
     # listed, and a `Thread` of its own may say it ended. The interpreter's own list of the
     # threads that run Python lists only those with a frame (a loop all in C, `deque(map(
@@ -141,7 +204,7 @@ async def end_what_it_started(
         if time.monotonic() >= deadline:
             break
         time.sleep(0.001)
-    return Left(max(left, running), _timers_left())
+    return Left(max(left, running), _timers_left(), closed)
 
 
 def _threads_left(before: frozenset[str] | None) -> int:
@@ -177,32 +240,58 @@ def _timers_left() -> int:
     return armed + posix
 
 
-def _end_loop_leftovers(loop: asyncio.AbstractEventLoop, own_fds: frozenset[int]) -> None:
-    """Take off the loop what would run the script's code when a descriptor or a signal
-    is ready: readers and writers on descriptors not the kernel's (a transport's is
-    closed with its connection), and signal handlers (the kernel has none on its loop)."""
-    state: Any = loop  # asyncio's private state: its selector and its handlers
+def _end_loop_leftovers(loop: asyncio.AbstractEventLoop, own_fds: frozenset[int]) -> int:
+    """Take off the loop what would run the script's code when a descriptor or a signal is
+    ready, or at its next pass: readers and writers on descriptors not the kernel's (a
+    transport's closed with its connection, a server's with the server), signal handlers
+    (the kernel has none on its loop), and callbacks of the script's waiting to run. Looked
+    over again until nothing is left (closing a transport runs the script's protocol, which
+    may add more). How many connections and servers it closed."""
+    state: Any = loop  # asyncio's private state: its selector, handlers and ready queue
     selector = getattr(state, "_selector", None)
-    if selector is None:
-        return
-    for key in list(selector.get_map().values()):
-        if key.fd in own_fds:
-            continue
-        removers = (state._remove_reader, state._remove_writer)
-        for handle, remove in zip(key.data, removers, strict=False):
-            if handle is None or handle.cancelled():
+    closed = 0
+    for _ in range(20):
+        found = False
+        for key in [] if selector is None else list(selector.get_map().values()):
+            if key.fd in own_fds:
                 continue
-            owner = getattr(handle._callback, "__self__", None)
-            if owner is loop:
-                continue  # the loop's own wake-up socket
-            if isinstance(owner, asyncio.BaseTransport):
+            removers = (state._remove_reader, state._remove_writer)
+            for handle, remove in zip(key.data, removers, strict=False):
+                if handle is None or handle.cancelled():
+                    continue
+                callback = handle._callback
+                owner = getattr(callback, "__self__", None)
+                if owner is loop and getattr(callback, "__name__", "") == "_read_from_self":
+                    continue  # the loop's own wake-up socket
+                found = True
+                if isinstance(owner, asyncio.BaseTransport):
+                    closed += 1
+                    if is_internal(getattr(type(owner), "abort", None)):
+                        # asyncio's own transport: closed without a word to its protocol,
+                        # whose `connection_lost` is the script's code. (A transport class
+                        # of the script's own is only taken off the loop: its `abort` is
+                        # the script's code too.)
+                        with contextlib.suppress(Exception):
+                            owner.set_protocol(_Inert())
+                            owner.abort()  # type: ignore[attr-defined]
+                elif owner is loop and getattr(callback, "__name__", "") == "_accept_connection":
+                    closed += 1  # a server the script started: it takes no more connections
+                    server: Any = handle._args[3] if len(handle._args) > 3 else None
+                    with contextlib.suppress(Exception):
+                        server.close()
                 with contextlib.suppress(Exception):
-                    owner.abort()  # type: ignore[attr-defined]
+                    remove(key.fd)
+        for number in list(getattr(state, "_signal_handlers", {})):
+            found = True
             with contextlib.suppress(Exception):
-                remove(key.fd)
-    for number in list(getattr(state, "_signal_handlers", {})):
-        with contextlib.suppress(Exception):
-            loop.remove_signal_handler(number)
+                loop.remove_signal_handler(number)
+        for handle in list(getattr(state, "_ready", ())):
+            if not handle.cancelled() and not is_internal(handle._callback):
+                found = True
+                handle.cancel()
+        if not found:
+            break
+    return closed
 
 
 def _alive(thread: threading.Thread) -> bool:
@@ -223,7 +312,8 @@ def _cancel_timers(loop: asyncio.AbstractEventLoop, calls: CallTable) -> None:
     stop, nothing it scheduled may run. The call table's own (a call's timeout, the
     acknowledgements' flush) are the kernel's, and stay."""
     for handle in list(getattr(loop, "_scheduled", ())):
-        if getattr(handle._callback, "__self__", None) is not calls:
+        callback = handle._callback
+        if getattr(callback, "__self__", None) is not calls or not is_internal(callback):
             handle.cancel()
 
 

@@ -265,6 +265,8 @@ if TYPE_CHECKING:
         """The kernel's own descriptors were broken, in words; it is ended."""
         threads_left: int
         timers_left: int
+        connections_closed: int
+        """Connections and servers of the script's event loop that a stop closed."""
         """POSIX timers (and interval timers armed again) that a stop could not end."""
         processes_left: int
         """The host's own: processes of the sandbox it found alive after a stop."""
