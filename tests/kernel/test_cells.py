@@ -23,3 +23,25 @@ def test_a_script_compiles_while_a_finalizer_formats_a_traceback() -> None:
     exec(cell.statements, namespace)
     assert namespace[VALUE_NAME] == 3000
     assert gc.isenabled()
+
+
+def test_a_script_does_not_inherit_the_kernels_future_imports() -> None:
+    # The kernel's own modules have `from __future__ import annotations`; a script compiled
+    # there must not: its annotations would be strings, and `get_type_hints` of a class it
+    # defines fails. Each of the three ways a cell is compiled.
+    for source in (
+        "def f(x: int) -> str: ...\n",  # statements only
+        "def f(x: int) -> str: ...\nf\n",  # statements, then a last expression
+        "def f(x: int) -> str: ...\nf; 1\n",  # the last expression shares its line
+    ):
+        cell = compile_cell(source, "<script>")
+        namespace: dict[str, Any] = {}
+        for code in (cell.statements, cell.value):
+            if code is not None:
+                exec(code, namespace)
+        assert namespace["f"].__annotations__ == {"x": int, "return": str}, source
+    # A script's own future import is its to make.
+    cell = compile_cell("from __future__ import annotations\ndef g(x: int): ...\n", "<script>")
+    namespace = {}
+    exec(cell.statements, namespace)
+    assert namespace["g"].__annotations__ == {"x": "int"}

@@ -239,7 +239,10 @@ async def test_an_argument_that_cannot_be_converted_is_an_error_result() -> None
         {"person": {"name": "Ada", "home": {"street": "R"}, "born": "never"}}
     )
     assert outcome.is_error
-    assert str(outcome.value).startswith("the arguments could not be converted: ")
+    # It names the argument, and where in it pydantic found the problem, without its links.
+    said = str(outcome.value)
+    assert said.startswith("the argument `person` could not be converted: born: "), said
+    assert "https://" not in said
 
 
 async def test_a_return_value_that_is_not_json_data_is_an_error_result() -> None:
@@ -453,3 +456,42 @@ def test_a_lambda_without_a_name_is_refused_and_a_bad_annotations_value_too() ->
         Runtime(tools=[spec])
     with pytest.raises(ValueError, match="mcp_config must be"):
         Runtime(mcp_config=5)  # type: ignore[arg-type]
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise SystemExit("from __str__")
+
+
+@pytest.mark.timeout(30)
+async def test_a_tool_failure_whose_message_raises_is_a_tool_error_not_the_hosts_end(
+    make_runtime: Any,
+) -> None:
+    # The exception's `__str__` is the tool's code: a `SystemExit` from it ended the host's
+    # `asyncio.run`. A hand-built handler's `KeyboardInterrupt` did too.
+    @tool
+    def odd() -> int:
+        """Fail oddly."""
+        raise _Unprintable
+
+    async def interrupting(arguments: dict[str, Any]) -> ToolOutcome:
+        raise KeyboardInterrupt
+
+    async def unprintable(arguments: dict[str, Any]) -> ToolOutcome:
+        await asyncio.sleep(0)
+        raise _Unprintable
+
+    specs = [
+        ToolSpec("interrupting", "Interrupt.", {"type": "object"}, interrupting),
+        ToolSpec("unprintable", "Fail oddly, later.", {"type": "object"}, unprintable),
+    ]
+    runtime = await make_runtime(tools=[odd, *specs])
+    for name in ("odd", "interrupting", "unprintable"):
+        result = await runtime.run(
+            f"try:\n    await {name}()\nexcept ToolError as error:\n    said = str(error)\nsaid"
+        )
+        assert result.status == "ok" and result.calls.by_fate == {"seen": 1}, result.text
+        assert "_Unprintable" in (result.value or "") or "KeyboardInterrupt" in (
+            result.value or ""
+        ), result.value
+    assert (await runtime.run("1 + 1")).value == "2"

@@ -176,7 +176,11 @@ class ToolCatalogue:
             waiting = steps.send(None)
         except StopIteration as stop:
             return answer_of(key, stop.value)
-        except Exception as error:
+        except asyncio.CancelledError:
+            raise
+        except (
+            BaseException
+        ) as error:  # a handler's KeyboardInterrupt is its failure, not the host's
             return _answer_to(key, error, timeout)
         return Waiting(key, steps, waiting, timeout)
 
@@ -186,7 +190,9 @@ class ToolCatalogue:
         try:
             async with asyncio.timeout(begun.timeout):
                 outcome = await _resume(begun.steps, begun.waiting, context)
-        except Exception as error:
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
             return _answer_to(begun.key, error, begun.timeout)
         return answer_of(begun.key, outcome)
 
@@ -215,7 +221,7 @@ def answer_of(key: str, outcome: object) -> Answer:
     return Answer("value", outcome.value)
 
 
-def _answer_to(key: str, error: Exception, timeout: float | None) -> Answer:
+def _answer_to(key: str, error: BaseException, timeout: float | None) -> Answer:
     """The answer a handler's exception makes (or the host's giving up on it)."""
     if isinstance(error, TimeoutError):
         return Answer(
@@ -231,13 +237,22 @@ def _answer_to(key: str, error: Exception, timeout: float | None) -> Answer:
             "source_gone",
             message=(
                 f"{key}: the server behind this tool stopped while the call was in flight "
-                f"({error}). The call may have taken effect: check before you repeat it."
+                f"({_said(error)}). The call may have taken effect: check before you repeat it."
             ),
         )
     if isinstance(error, ToolFailure):
         return Answer("error", str(error), str(error))
-    message = f"{key} failed in the host: {type(error).__name__}: {error}"
+    message = f"{key} failed in the host: {type(error).__name__}: {_said(error)}"
     return Answer("error", message, message)
+
+
+def _said(error: BaseException) -> str:
+    """An exception's message, or a word that it had none that could be read: its `__str__`
+    is the tool's code, and may raise anything."""
+    try:
+        return str(error)
+    except BaseException:
+        return "(its message could not be read)"
 
 
 # Goal: an MCP server gets the arguments the script passed, or the call is refused.

@@ -77,9 +77,11 @@ def _compile_cell(source: str, filename: str) -> Cell:
     tree = ast.parse(source, filename, "exec")
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    # `dont_inherit`: this module's own `from __future__ import annotations` is not the
+    # script's (its annotations would be strings, and `get_type_hints` of its classes fail).
     body = tree.body
     if not body or not isinstance(body[-1], ast.Expr):
-        return Cell(compile(source, filename, "exec", flags=flags), None)
+        return Cell(compile(source, filename, "exec", flags=flags, dont_inherit=True), None)
     last = body[-1]
     if last.col_offset == 0 and (len(body) == 1 or (body[-2].end_lineno or 0) < last.lineno):
         lines = source.splitlines(keepends=True)
@@ -87,15 +89,23 @@ def _compile_cell(source: str, filename: str) -> Cell:
         head = "".join(lines[:start])
         try:
             return Cell(
-                compile(head, filename, "exec", flags=flags) if head.strip() else None,
-                compile("\n" * start + "".join(lines[start:]), filename, "eval", flags=flags),
+                compile(head, filename, "exec", flags=flags, dont_inherit=True)
+                if head.strip()
+                else None,
+                compile(
+                    "\n" * start + "".join(lines[start:]),
+                    filename,
+                    "eval",
+                    flags=flags,
+                    dont_inherit=True,
+                ),
             )
         except SyntaxError:
             pass  # the expression's line holds more than it (`1;`): the tree can say
     # Only the two new nodes need a location: no walk over the whole tree for it.
     target = ast.copy_location(ast.Name(VALUE_NAME, ast.Store()), last)
     body[-1] = ast.copy_location(ast.Assign(targets=[target], value=last.value), last)
-    return Cell(compile(tree, filename, "exec", flags=flags), None)
+    return Cell(compile(tree, filename, "exec", flags=flags, dont_inherit=True), None)
 
 
 async def run_cell(cell: Cell, namespace: dict[str, Any]) -> Any:

@@ -347,19 +347,21 @@ class Tool(Generic[P, R]):
     async def handle(self, arguments: dict[str, Any]) -> ToolOutcome:
         """The tool's handler: call the function with `arguments` and give its answer."""
         converters = self.converters
-        try:
-            converted = (
-                {
-                    name: converters[name].validate_python(value) if name in converters else value
-                    for name, value in arguments.items()
-                }
-                if converters
-                else arguments  # plain JSON types only: validated already, nothing to convert
-            )
-        except (Exception, SystemExit, KeyboardInterrupt) as error:  # a validator's own
-            return ToolOutcome(
-                value=f"the arguments could not be converted: {_message(error)}", is_error=True
-            )
+        converted = arguments  # plain JSON types only: validated already, nothing to convert
+        if converters:
+            converted = dict(arguments)
+            for name, value in arguments.items():
+                converter = converters.get(name)
+                if converter is None:
+                    continue
+                try:
+                    converted[name] = converter.validate_python(value)
+                except (Exception, SystemExit, KeyboardInterrupt) as error:  # a validator's own
+                    return ToolOutcome(
+                        value=f"the argument `{name}` could not be converted: "
+                        f"{_conversion_words(error)}",
+                        is_error=True,
+                    )
         if self.context_parameter is not None:
             converted = {**converted, self.context_parameter: call_context()}
         call: Callable[..., Any] = self.function
@@ -650,10 +652,27 @@ def _in_thread(call: Callable[..., Any], arguments: dict[str, Any]) -> Any:
         return _Raised(error)
 
 
+def _conversion_words(error: BaseException) -> str:
+    """What pydantic found wrong with an argument, in its own words but without its links."""
+    from pydantic import ValidationError  # loaded with the first tool already
+
+    if isinstance(error, ValidationError):
+        try:
+            found = error.errors(include_url=False)[:3]
+            return "; ".join(
+                (".".join(str(part) for part in item["loc"]) + ": " if item["loc"] else "")
+                + str(item["msg"])
+                for item in found
+            )
+        except Exception:
+            pass
+    return _message(error)
+
+
 def _message(error: BaseException, with_type: bool = True) -> str:
     try:
         text = str(error)
-    except Exception:
+    except BaseException:  # its `__str__` is the tool's code: SystemExit there is the tool's too
         text = "(its message could not be read)"
     kind = type(error).__name__
     if not with_type:
