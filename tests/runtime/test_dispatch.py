@@ -529,3 +529,29 @@ def test_a_host_with_a_hung_synchronous_tool_exits_once_its_runtime_closed(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "error"
+
+
+async def test_a_tool_that_blocks_before_its_first_await_costs_the_script_no_more_than_that(
+    make_runtime: MakeRuntime,
+) -> None:
+    # Its first step runs while the host handles the kernel's frame, and the host rests a
+    # kernel whose frames took long to handle (a defence against costly frames): the tool's
+    # own time was counted as the frames', and the script waited as long again.
+    import time
+
+    @tool
+    async def blocker(seconds: float) -> str:
+        """Block, then answer."""
+        time.sleep(seconds)
+        await asyncio.sleep(0)
+        return "done"
+
+    runtime = await make_runtime(tools=[blocker])
+    await runtime.run("1")
+    result = await runtime.run(
+        "import time\nstarted = time.monotonic()\n"
+        "for _ in range(3):\n    await blocker(seconds=0.4)\n"
+        "time.monotonic() - started"
+    )
+    assert result.status == "ok", result.text
+    assert float(result.value or 0) < 1.7, result.value  # 1.2 s of blocking; 2.0-2.4 s before

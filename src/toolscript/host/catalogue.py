@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import re
+import time
 import types
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
@@ -62,6 +63,9 @@ class Answer:
         return frame
 
 
+_clock = time.perf_counter
+
+
 class ToolCatalogue:
     """Specs by key, with their validators and binding plans, and the servers that are down.
 
@@ -82,6 +86,9 @@ class ToolCatalogue:
         for spec in every:
             self._specs.setdefault(spec.key, spec)  # a repeated key: the planner names it
         self.default_timeout = default_timeout
+        self.first_steps = 0.0
+        """Seconds the handlers' first steps took, all told (`begin`): the host's own tools'
+        time, which a kernel's read is not charged with (see `Channel.received`)."""
         self._sent_as_json = {key for key, spec in self._specs.items() if spec.server is not None}
         """The MCP tools: their arguments leave the host as JSON, where NaN has no spelling."""
         self.plans: list[dict[str, Any]] = plans_for(every)
@@ -171,17 +178,19 @@ class ToolCatalogue:
         """
         spec = self._specs[key]
         timeout = spec.timeout if spec.timeout is not None else self.default_timeout
+        started = _clock()
         try:
             steps = spec.handler(args).__await__()
             waiting = steps.send(None)
         except StopIteration as stop:
+            self.first_steps += _clock() - started
             return answer_of(key, stop.value)
         except asyncio.CancelledError:
             raise
-        except (
-            BaseException
-        ) as error:  # a handler's KeyboardInterrupt is its failure, not the host's
+        except BaseException as error:  # a handler's KeyboardInterrupt: its failure, not ours
+            self.first_steps += _clock() - started
             return _answer_to(key, error, timeout)
+        self.first_steps += _clock() - started
         return Waiting(key, steps, waiting, timeout)
 
     async def finish(self, begun: Waiting, context: contextvars.Context | None = None) -> Answer:

@@ -294,6 +294,8 @@ class Channel:
     def received(self, data: bytes | memoryview) -> None:
         self._wrote_alone = False
         heavy = len(data) + self._reader.pending >= HEAVY_FRAME
+        catalogue = self.calls.catalogue
+        tools_before = catalogue.first_steps
         started = time.perf_counter()
         try:
             messages = self._reader.feed(data)
@@ -307,7 +309,9 @@ class Channel:
             # the kernel's fault too; let through, it would close the channel from inside
             # asyncio and be misreported as a channel the kernel closed.
             self._broke(f"a frame the host could not handle ({type(error).__name__}: {error})")
-        spent = time.perf_counter() - started
+        # What the host's own tools took in their first steps (an `async` tool that blocks
+        # before its first `await`) is theirs, not the kernel's frames'.
+        spent = time.perf_counter() - started - (catalogue.first_steps - tools_before)
         if spent > HOGGING or heavy:
             self._rest(spent)
 
