@@ -555,3 +555,22 @@ async def test_a_tool_that_blocks_before_its_first_await_costs_the_script_no_mor
     )
     assert result.status == "ok", result.text
     assert float(result.value or 0) < 1.7, result.value  # 1.2 s of blocking; 2.0-2.4 s before
+
+
+async def test_an_answer_json_cannot_carry_says_so_not_to_ask_for_less(
+    make_runtime: MakeRuntime,
+) -> None:
+    from toolscript import ToolSpec
+    from toolscript.tools.spec import ToolOutcome
+
+    async def odd(arguments: dict[str, object]) -> ToolOutcome:
+        return ToolOutcome({1, 2})
+
+    runtime = await make_runtime(tools=[ToolSpec("odd", "Answer a set.", {"type": "object"}, odd)])
+    result = await runtime.run(
+        "try:\n    await odd()\nexcept ToolError as error:\n    said = str(error)\nsaid"
+    )
+    assert result.status == "ok", result.text
+    said = result.value or ""
+    assert "could not be sent as JSON" in said and "must be JSON data" in said, said
+    assert "less at a time" not in said

@@ -276,6 +276,10 @@ class Dispatcher:
                 frame = encode(answer.to_frame(n))
             except (TypeError, ValueError, RecursionError, MemoryError) as error:
                 problem = f"could not be sent as JSON ({type(error).__name__}: {error})"
+                advice = (
+                    "A tool's answer must be JSON data (dicts, lists, strings, numbers, "
+                    "booleans, None)."
+                )
             else:
                 if len(frame) <= wire.LONGEST_FRAME:
                     frames.append(frame)
@@ -284,9 +288,10 @@ class Dispatcher:
                     f"was {len(frame) / 1e6:,.0f} MB as JSON, over the {wire.MAX_FRAME >> 20} "
                     "MiB limit of the interpreter's channel, so it was not sent"
                 )
+                advice = "Ask it for less at a time."
             message = (
                 f"the answer of {self.ledger.tool_of(n)} {problem}. The tool ran, so its effect "
-                "happened: ask it for less at a time."
+                f"happened. {advice}"
             )
             answer = Answer("error", message, message)
             answers[i] = (n, answer)
