@@ -495,3 +495,11 @@ async def test_a_tool_failure_whose_message_raises_is_a_tool_error_not_the_hosts
             result.value or ""
         ), result.value
     assert (await runtime.run("1 + 1")).value == "2"
+
+
+def test_a_hand_built_spec_with_a_plain_handler_is_refused_at_once() -> None:
+    def plain(arguments: dict[str, Any]) -> ToolOutcome:
+        return ToolOutcome(1)
+
+    with pytest.raises(TypeError, match="must be an async function"):
+        Runtime(tools=[ToolSpec("plain", "Plain.", {"type": "object"}, plain)])  # type: ignore[arg-type]

@@ -704,6 +704,14 @@ def _check_built(spec: ToolSpec) -> None:
         raise TypeError(
             f"tools: {spec.name!r}: handler must be an async function, not {spec.handler!r}"
         )
+    if inspect.isfunction(spec.handler) and not inspect.iscoroutinefunction(spec.handler):
+        # A plain `def` (or an async generator): what it gives is not awaitable, and every
+        # call would fail.
+        raise TypeError(
+            f"tools: {spec.name!r}: handler must be an async function (`async def`), not the "
+            f"plain function {spec.handler.__name__!r}; for a function of its own arguments, "
+            "`@tool` makes the spec (and runs sync code off the event loop)"
+        )
     schema = spec.input_schema
     kind = schema.get("type", "object") if isinstance(schema, dict) else None
     if kind != "object" and not (isinstance(kind, list) and "object" in kind):
