@@ -181,6 +181,14 @@ class Journal(_ServeRecords, _WriteBehind):
         with self._buffer_lock:
             if self._closed:
                 raise JournalClosedError()
+            if self.failing is not None and len(self._unwritten) >= MAX_UNWRITTEN:
+                # Nothing more waits for a file that takes no write: the script is refused
+                # (`NotJournaled`), as its calls would be.
+                raise OSError(
+                    errno.EIO,
+                    f"its file has not taken a write for {time.monotonic() - self.failing[1]:.0f}"
+                    f" s (SQLite says: {self.failing[0]})",
+                )
             if intents is not None:
                 intents.append(line)
             self._running_scripts += 1
