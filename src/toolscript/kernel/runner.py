@@ -42,6 +42,7 @@ from .loop import KernelLoop, WatchedSelector, forbid_asyncio_run, moved_socket,
 from .names import NameTeller
 from .show import make_show
 from .stop import (
+    AUDIT_HOOK_CODE,
     end_what_it_started,
     forbid_audit_hooks,
     in_internal_code,
@@ -548,6 +549,8 @@ class Kernel:
         return script is not None and not script.finished and script.stop_reason is not None
 
     def _on_interrupt(self, signum: int, frame: types.FrameType | None) -> None:
+        if frame is not None and frame.f_code is AUDIT_HOOK_CODE:
+            frame = frame.f_back  # the script's `time.sleep`, say: the hook runs first
         if self._giving_up:
             return
         damage = self._own.damage()

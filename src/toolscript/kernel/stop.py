@@ -124,15 +124,20 @@ class _Inert(asyncio.Protocol):
     """The protocol of a transport a stop closes: it hears of the close, and does nothing."""
 
 
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if event == "sys.addaudithook":
+        raise RuntimeError("sys.addaudithook is not allowed in a toolscript interpreter")
+
+
+AUDIT_HOOK_CODE = _audit.__code__
+"""The kernel's audit hook runs on behalf of whatever raised the event (the script's `open`,
+its `time.sleep`): an interrupt that lands in it is taken where the event came from."""
+
+
 def forbid_audit_hooks() -> None:
     """Refuse `sys.addaudithook` from here on: a hook cannot be removed, and runs whenever
     the kernel does what is audited (opens a file, starts a thread), a stop's clean-up too."""
-
-    def hook(event: str, args: tuple[object, ...]) -> None:
-        if event == "sys.addaudithook":
-            raise RuntimeError("sys.addaudithook is not allowed in a toolscript interpreter")
-
-    sys.addaudithook(hook)
+    sys.addaudithook(_audit)
 
 
 def os_threads() -> frozenset[str] | None:
