@@ -479,10 +479,17 @@ class CallTable:
     # it reaches the script (the task cancelled, or `KeyboardInterrupt` raised); a call whose
     # wait was cancelled before that keeps the script's cause.
     def stop_reaches_script(self) -> None:
-        """A stop reaches the script now: calls its code still waits for are stopped by it."""
+        """A stop reaches the script now: calls its code still waits for are stopped by it, and
+        the acknowledgements not yet sent go at once."""
         for call in list(self._waiting.values()):
             if call.loop is self._loop and not call.future.cancelled():
                 call.by_stop = True
+        if self._acks or self._seen:
+            # Sent now, not by their timer: a script that catches the interrupt and blocks
+            # (`time.sleep` in a loop) until it is killed never lets the timer fire, and the
+            # answers its code took would be reported as never acknowledged (`late`).
+            self.flush_acks()
+            self._write_now()
 
     def holding(self) -> list[dict[str, Any]]:
         """Every call whose answer has not arrived, as its frame said: what a host that took
