@@ -19,7 +19,7 @@ The rules, the same for both faces:
 - A background script is found by its id only in the conversation that started it: while it
   runs, and for `keep_for` seconds after it ends (the last `keep_count` that ended).
 - An answer is text for the model and the same facts as JSON-safe `data`: a settled result's
-  `text` and `to_dict()`; for a script still running, its `script_id`, `status: running`,
+  `text` and `to_dict()` (which holds the text too); for a script still running, its `script_id`, `status: running`,
   and (from `script_status`) the last lines of its `output` so far.
   It `is_error` when nothing was done as asked, or the script did not end `ok`.
 

@@ -307,11 +307,12 @@ class ScriptResult:
         return render_text(self)
 
     def to_dict(self) -> dict[str, Any]:
-        """The same facts, structured and JSON-safe."""
+        """The same facts, structured and JSON-safe, and `text`, what the model reads."""
         return {
             "status": self.status,
             "exit_code": self.exit_code,
             "note": self.note,
+            "text": self.text,
             "stdout": self.stdout,
             "stderr": self.stderr,
             "value": self.value,

@@ -68,6 +68,8 @@ def test_exec_json_prints_the_result_as_a_dict(tmp_path: Path) -> None:
     data = json.loads(done.stdout)
     assert data["status"] == "ok" and data["exit_code"] == 0
     assert data["stdout"] == "out\n" and data["value"] == "'value'"
+    # and what the model reads, as `exec` without `--json` prints it
+    assert data["text"].startswith("exit 0 · ok\n") and "out" in data["text"], data["text"]
     failed = toolscript_exec(tmp_path, "import os\nos._exit(4)\n", "--json")
     assert failed.returncode == 1
     assert json.loads(failed.stdout)["status"] == "crashed"

@@ -33,6 +33,7 @@ async def test_a_run_answers_with_its_text_and_structured_result_and_state_persi
         assert (data["status"], data["exit_code"], data["value"]) == ("ok", 0, "21")
         assert data["stdout"] == "hello\n"
         assert text(first).startswith("exit 0 · ok")
+        assert "text" not in data  # the text content carries it, not a field beside it
         assert not first.is_error
         second = await run(session, "x * 2")
         assert structured(second)["value"] == "40"

@@ -602,11 +602,11 @@ def _content(answer: Answer) -> types.CallToolResult:
     for image in answer.images:
         data = base64.b64encode(image.data).decode("ascii")
         content.append(types.ImageContent(data=data, mime_type=image.mime_type))
-    return types.CallToolResult(
-        content=content,
-        structured_content=answer.data,
-        is_error=answer.is_error,
-    )
+    facts = answer.data
+    if facts is not None and "text" in facts:
+        # The text content carries it: as a field too, the client would get it twice.
+        facts = {key: value for key, value in facts.items() if key != "text"}
+    return types.CallToolResult(content=content, structured_content=facts, is_error=answer.is_error)
 
 
 _CUT_FIELDS = ("stdout", "stderr", "value", "error", "output")
