@@ -6,6 +6,7 @@ call's effect, so neither is ever reported as the tool's answer, error or not.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import threading
 from typing import Any
@@ -250,14 +251,20 @@ async def test_a_sync_call_given_up_while_it_waited_for_a_thread_never_runs_and_
         "await asyncio.sleep(0.05)  # its call takes the thread\n"
         "try:\n"
         "    await record(x=1)\n"
-        "except ToolTimeout:\n"
+        "except ToolTimeout as error:\n"
         "    print('gave up')\n"
+        "    told = str(error)\n"
         "try:\n"
         "    await held\n"
-        "except ToolTimeout:\n"
-        "    pass\n"
+        "except ToolTimeout as error:\n"
+        "    held_told = str(error)\n"
+        "(told, held_told)\n"
     )
     assert result.status == "ok" and result.stdout == "gave up\n", result.text
+    # The script is told as much: this call will never take effect; the one that began may.
+    told, held_told = ast.literal_eval(result.value or "")
+    assert "it never ran" in told.lower() and "may still take effect" not in told, told
+    assert "may still take effect" in held_told, held_told
     calls = {record.tool: record for record in result.calls.records}
     assert (calls["record"].fate, calls["record"].cause) == ("pending", "tool_timeout")
     line = call_line(result.text, "record", "x=1")

@@ -19,6 +19,7 @@ from ..kernel import wire
 from ..tools.binding import down_server_spellings, plans_for
 from ..tools.prompt import matching_plans, render_prompt
 from ..tools.spec import (
+    NEVER_RAN,
     DataOutcome,
     SourceGone,
     ToolFailure,
@@ -253,6 +254,28 @@ def _answer_to(key: str, error: BaseException, timeout: float | None) -> Answer:
         return Answer("error", str(error), str(error))
     message = f"{key} failed in the host: {type(error).__name__}: {_said(error)}"
     return Answer("error", message, message)
+
+
+def never_began(late: asyncio.Future[ToolOutcome]) -> bool:
+    """Whether the work a handler left running at its timeout (`left_running`) says it never
+    began: a synchronous tool's call still waiting for a free tool thread is dropped then."""
+    if not late.done() or late.cancelled():
+        return False
+    outcome = late.result()
+    return outcome.is_error and str(outcome.value).startswith(NEVER_RAN)
+
+
+def gave_up_before_it_began(key: str, timeout: float | None) -> Answer:
+    """The host's word to the script on a call it gave up on before the call began: unlike
+    any other `tool_timeout`, this one is known never to take effect."""
+    within = "" if timeout is None else f" within its timeout of {timeout:g} s"
+    return Answer(
+        "tool_timeout",
+        message=(
+            f"{key} did not begin{within}: every tool thread was busy, so the host gave up "
+            "on it before it began. It never ran, so it did not happen."
+        ),
+    )
 
 
 def _said(error: BaseException) -> str:

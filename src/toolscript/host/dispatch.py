@@ -20,7 +20,14 @@ from ..kernel.brief import brief
 from ..tools.spec import CallIdentity, ToolOutcome, current_call, left_running
 from . import codec
 from .calls import CallLedger, NotJournaled
-from .catalogue import Answer, ToolCatalogue, Waiting, answer_of
+from .catalogue import (
+    Answer,
+    ToolCatalogue,
+    Waiting,
+    answer_of,
+    gave_up_before_it_began,
+    never_began,
+)
 from .journal import ANSWER_KEPT, TakenCall
 
 if TYPE_CHECKING:
@@ -220,11 +227,12 @@ class Dispatcher:
                         raise  # the runtime is closing: the call stays unanswered, pending
                     answer = _cancelled_itself(key)
                 waited = self._loop.time() - started
+                late = context.get(left_running) if answer.kind == "tool_timeout" else None
+                if late is not None and never_began(late):
+                    answer = gave_up_before_it_began(key, begun.timeout)
                 self._answered_all([(n, answer)], self.channel.still_polling(waited))
-                if answer.kind == "tool_timeout":
-                    late = context.get(left_running)
-                    if late is not None:
-                        late.add_done_callback(functools.partial(self._late, n, identity[0], key))
+                if late is not None:
+                    late.add_done_callback(functools.partial(self._late, n, identity[0], key))
                 return
         finally:
             if answered:
