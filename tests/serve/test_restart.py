@@ -257,6 +257,9 @@ async def test_a_server_stopped_cleanly_and_started_again_reports_the_scripts_it
         status = await client.call_tool("script_status", {"script_id": script_id})
         assert structured(status)["status"] == "cancelled"
         assert "toolscript serve stopped" in text(status)
+        # Nobody cancelled it: the server stopped, and the note says so.
+        assert "Stopped: the shell was closed because toolscript serve stopped." in text(status)
+        assert "Cancelled by the caller" not in text(status)
 
         # A session its client ends is forgotten: no later server takes it back.
         assert kept_sessions(tmp_path) == [session_id]

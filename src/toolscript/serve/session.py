@@ -113,5 +113,7 @@ class Session:
         if self.closed:
             return
         self.closed = True
-        await self.actions.close(reason)
-        await self.shell.close(f"{SHELL_CLOSING} because {reason}")
+        # Nobody cancelled its scripts: what they ran in is closing, and their notes say so.
+        stopped = f"{SHELL_CLOSING} because {reason}"
+        await self.actions.close(stopped)
+        await self.shell.close(stopped)
