@@ -65,10 +65,15 @@ async def check_before_running(
     if mode == "off":
         return None, []
     checked = await services.checker.check(
-        services.catalogue(), code, interpreter.script_names, interpreter.python_version
+        services.catalogue(),
+        code,
+        interpreter.script_names,
+        interpreter.python_version,
+        interpreter.earlier_scripts,
     )
     if checked.findings and mode == "refuse":
         return check_words(checked.findings, refused=True), []
+    interpreter.remember_script(code)  # it runs: a key it puts in a result is no mistake later
     if checked.findings:
         return None, [check_words(checked.findings, refused=False)]
     if checked.failure is not None:

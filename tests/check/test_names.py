@@ -30,6 +30,31 @@ async def test_a_name_from_an_earlier_run_is_known_only_in_its_own_shell(
 
 
 @pytest.mark.timeout(60)
+async def test_a_key_an_earlier_run_put_in_results_is_no_finding_where_they_are_mixed_in(
+    start_checked: Any, made: list[str]
+) -> None:
+    runtime: Runtime = await start_checked("refuse")
+    shell = runtime.shell("mixing")
+    assert (await shell.run("rows = await search_notes(query='a')")).status == "ok"
+    assert (await shell.run("for row in rows:\n    row['score'] = 2")).status == "ok"
+    # The checker types `fresh` as the tool's answer, `rows` mixed in or not: the key is
+    # the earlier run's, and the script works.
+    mixed = "fresh = await search_notes(query='b')\nfresh.extend(rows)\nprint(fresh[-1]['score'])"
+    result = await shell.run(mixed)
+    assert result.status == "ok" and result.stdout == "2\n", result.text
+    # Another shell's runs put nothing in this one's results; a key an earlier run only
+    # asked for (`get`) is still a finding; so is one no run of the shell wrote.
+    other = runtime.shell("other")
+    assert (await other.run("rows = [{'score': 2}]")).status == "ok"
+    assert (await other.run(mixed)).status == "refused"
+    assert (await shell.run("print(rows[0].get('rank'))")).status == "ok"
+    for key in ("rank", "scor"):
+        read = await shell.run(f"fresh = await search_notes(query='c')\nprint(fresh[0]['{key}'])")
+        assert read.status == "refused", read.text
+        assert f'Unknown key "{key}"' in read.note, read.note
+
+
+@pytest.mark.timeout(60)
 async def test_a_name_deleted_by_a_later_run_is_unknown_again(
     start_checked: Any, made: list[str]
 ) -> None:

@@ -15,6 +15,7 @@ import hashlib
 import os
 import secrets
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,10 +62,11 @@ class ScriptChecker:
         code: str,
         names: frozenset[str] | None,
         python_version: str | None,
+        earlier: Sequence[str] = (),
     ) -> CheckOutcome:
         """Check `code` against `catalogue`, for an interpreter of `python_version` (None:
-        the host's) whose namespace holds `names` (None: too many to tell). Never raises but
-        for cancellation."""
+        the host's) whose namespace holds `names` (None: too many to tell), after the scripts
+        `earlier` ran in it. Never raises but for cancellation."""
         if not catalogue.plans:
             return CheckOutcome()  # no tool to name: nothing to check against
         from .typeserver import TypeServerError
@@ -80,7 +82,7 @@ class ScriptChecker:
             return CheckOutcome(failure=f"the checker could not be prepared: {error}")
         if names is not None:  # a server that is down is bound to an object of its own
             names = names | frozenset(catalogue.down_messages)
-        prepared = checked.prepare(code, names)
+        prepared = checked.prepare(code, names, earlier)
         try:
             diagnostics = await server.diagnostics(prepared.source, CHECK_TIMEOUT)
         except TypeServerError as failure:

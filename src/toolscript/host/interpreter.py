@@ -11,6 +11,7 @@ stop, settle, and the take-back from a keeper), each step needing the others' st
 from __future__ import annotations
 
 import asyncio
+import collections
 import secrets
 import signal
 import time
@@ -79,6 +80,10 @@ def code_too_large(code: str) -> str | None:
 OUTPUT_END_WAIT = 2.0
 """Seconds to wait, after a script ends, for its output's end marker on both pipes."""
 
+EARLIER_SCRIPTS_KEPT = 1_000_000
+"""Characters of the code of earlier scripts an interpreter keeps for the check (the latest;
+the script that ran last is kept whatever its length)."""
+
 STRAYS_WAIT = 0.5
 """Seconds a process of the sandbox found after a stop has to end (the kernel killed it, and
 its parent may not have reaped it yet) before it counts as one the script kept running."""
@@ -128,6 +133,11 @@ class Interpreter:
         self.bind_failures: list[tuple[str, str]] = []
         self._names: set[str] = set()
         self._names_many = False
+        self.earlier_scripts: collections.deque[str] = collections.deque()
+        """The code of the scripts that ran here since it started, the latest
+        `EARLIER_SCRIPTS_KEPT` characters' worth: the check of a later script reads the keys
+        they put in results (`remember_script`)."""
+        self._earlier_chars = 0
         self.python_version: str | None = None
         self._stdout = StreamCapture(launch.output_limit)
         self._stderr = StreamCapture(launch.output_limit)
@@ -179,6 +189,13 @@ class Interpreter:
         """The global names the kernel says its namespace holds beyond the bound tools (the
         kernel's own, and what earlier scripts defined); None when too many to tell."""
         return None if self._names_many else frozenset(self._names)
+
+    def remember_script(self, code: str) -> None:
+        """`code` runs here now: a later script's check reads it (`earlier_scripts`)."""
+        self.earlier_scripts.append(code)
+        self._earlier_chars += len(code)
+        while self._earlier_chars > EARLIER_SCRIPTS_KEPT and len(self.earlier_scripts) > 1:
+            self._earlier_chars -= len(self.earlier_scripts.popleft())
 
     def _learn_names(self, frame: Mapping[str, Any]) -> None:
         many = frame.get("names_many")

@@ -31,7 +31,7 @@ import builtins
 import difflib
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,10 +158,12 @@ class CheckedCatalogue:
         tools = list(self._words)
         return any(difflib.get_close_matches(word, tools, n=1, cutoff=0.75) for word in used)
 
-    def prepare(self, code: str, names: frozenset[str] | None) -> CheckedScript:
+    def prepare(
+        self, code: str, names: frozenset[str] | None, earlier: Sequence[str] = ()
+    ) -> CheckedScript:
         """`code` as the checker reads it, in a shell whose namespace holds `names` (None: too
-        many to tell)."""
-        return CheckedScript(self, code, names)
+        many to tell), after the scripts `earlier` ran there."""
+        return CheckedScript(self, code, names, earlier)
 
 
 class CheckedScript:
@@ -172,10 +174,15 @@ class CheckedScript:
     """
 
     def __init__(
-        self, catalogue: CheckedCatalogue, code: str, names: frozenset[str] | None
+        self,
+        catalogue: CheckedCatalogue,
+        code: str,
+        names: frozenset[str] | None,
+        earlier: Sequence[str] = (),
     ) -> None:
         self._catalogue = catalogue
         self._code = code
+        self._earlier_code = earlier
         self._names = names
         self._lines = code.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         self._explained: set[tuple[int, str, str]] = set()
@@ -234,16 +241,32 @@ class CheckedScript:
     def _keys_added(self) -> frozenset[str]:
         """Keys the script may put in a dict, or asks for without needing them: a result is
         a plain dict, so a key the script adds (`r["city"] = ...`, `setdefault`, `update`)
-        is no mistake, nor is reading it afterwards, nor `get` or `pop` with a default."""
+        is no mistake, nor is reading it afterwards, nor `get` or `pop` with a default. So
+        are the keys the shell's earlier scripts added: a result an earlier script changed
+        may be mixed into this one's (`fresh.extend(rows)`), where the checker types it as
+        fresh."""
+        keys = self._keys_added_by(self._tree)
+        for code in self._earlier_code:
+            try:
+                with no_collection():
+                    tree = ast.parse(code, SCRIPT_FILE)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue  # it did not run, or ran as far as its first line: nothing added
+            keys.update(self._keys_added_by(tree, asked=False))
+        return frozenset(keys)
+
+    def _keys_added_by(self, tree: ast.Module, asked: bool = True) -> set[str]:
+        """The keys `tree` adds to dicts, and (if `asked`) those it asks for without needing
+        them: what it asks for counts only in the script itself."""
         keys: set[str] = set()
-        for node in ast.walk(self._tree):
+        for node in ast.walk(tree):
             if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
                 keys.update(_text(node.slice) or [ANY_KEY])  # `r[k] = ...`: any key
             elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.BitOr):
                 keys.update(_keys_of(node.value))  # `result |= {...}`
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 method = node.func.attr
-                if method in ("get", "pop") and node.args:
+                if method in ("get", "pop") and node.args and asked:
                     keys.update(_text(node.args[0]))
                 elif method in ("setdefault", "__setitem__") and node.args:
                     keys.update(_text(node.args[0]) or [ANY_KEY])
@@ -260,6 +283,8 @@ class CheckedScript:
                     # A function an earlier run defined, which this check cannot read:
                     # it may put any key in a result it is given.
                     keys.add(ANY_KEY)
+            elif not asked:
+                continue
             elif isinstance(node, ast.Try) and any(_catches_key_error(h) for h in node.handlers):
                 # `try: result["maybe"] except KeyError:` asks for a key it may not find.
                 keys.update(_keys_read(node.body))
@@ -267,7 +292,7 @@ class CheckedScript:
                 _suppresses_key_error(item.context_expr) for item in node.items
             ):
                 keys.update(_keys_read(node.body))  # `with suppress(KeyError): result["maybe"]`
-        return frozenset(keys)
+        return keys
 
     @functools.cached_property
     def _names_unknowable(self) -> bool:
