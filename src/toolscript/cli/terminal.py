@@ -16,8 +16,17 @@ _CONTROLS = {
 
 def for_terminal(text: str, stream: IO[str]) -> str:
     """`text` with its control characters escaped if `stream` is a terminal."""
+    return text.translate(_CONTROLS) if on_terminal(stream) else text
+
+
+def on_terminal(stream: IO[str]) -> bool:
+    """Whether `stream` is a terminal (False when it cannot say: replaced, or closed)."""
     try:
-        on_terminal = stream.isatty()
-    except (AttributeError, ValueError):  # replaced, or closed
-        return text
-    return text.translate(_CONTROLS) if on_terminal else text
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def escaped(text: str) -> str:
+    """`text` with its control characters escaped, as `for_terminal` does on a terminal."""
+    return text.translate(_CONTROLS)

@@ -329,23 +329,21 @@ class Journal(_ServeRecords, _WriteBehind):
         `limit` that is not a whole number of at least 1, or a `script_id` that is not text.
         """
         _check_limit(limit, "calls")
-        _check_text("script_id", script_id, "a script's id")
-        if type(uncertain) is not bool:
-            raise ValueError(f"uncertain must be True or False, not {uncertain!r}")
-        conditions: list[str] = []
-        parameters: list[object] = []
-        if script_id is not None:
-            # The script's calls lie in its rowid range; bounding the scan by it stands in
-            # for an index that every insert would pay for.
-            conditions.append(
-                "id > coalesce((SELECT calls_after FROM scripts WHERE script_id = ?), 0) "
-                "AND id <= coalesce((SELECT calls_up_to FROM scripts WHERE script_id = ?), "
-                "9223372036854775807) AND script_id = ?"
-            )
-            parameters += [script_id, script_id, script_id]
-        if uncertain:
-            conditions.append("uncertain_reason IS NOT NULL")
+        conditions, parameters = _calls_of(script_id, uncertain)
         return self._select_calls(conditions, parameters, limit, sweep=uncertain)
+
+    def count_calls(self, script_id: str | None = None, uncertain: bool = False) -> int:
+        """How many calls `calls` with the same `script_id` and `uncertain` would list with
+        no `limit`. Raises `ValueError` as `calls` does."""
+        conditions, parameters = _calls_of(script_id, uncertain)
+        query = "SELECT count(*) FROM calls"
+        if conditions:
+            query += " WHERE " + " AND ".join(conditions)
+        with self._db_lock:
+            self._check_open()
+            self._commit(sweep=uncertain)
+            row = self._db.execute(query, parameters).fetchone()
+        return int(row[0])
 
     def uncertain(self, shell: str | None = None) -> list[JournalCall]:
         """Calls whose effect is unknown, oldest first, optionally of one shell name.
@@ -559,6 +557,28 @@ class Journal(_ServeRecords, _WriteBehind):
             self._commit(sweep=sweep)
             rows = self._db.execute(query, parameters).fetchall()
         return [_journal_call(row) for row in reversed(rows)]
+
+
+def _calls_of(script_id: str | None, uncertain: bool) -> tuple[list[str], list[object]]:
+    """The conditions, and their parameters, that keep the calls of `script_id` (None: of
+    every script), and only the uncertain ones if `uncertain`."""
+    _check_text("script_id", script_id, "a script's id")
+    if type(uncertain) is not bool:
+        raise ValueError(f"uncertain must be True or False, not {uncertain!r}")
+    conditions: list[str] = []
+    parameters: list[object] = []
+    if script_id is not None:
+        # The script's calls lie in its rowid range; bounding the scan by it stands in for
+        # an index that every insert would pay for.
+        conditions.append(
+            "id > coalesce((SELECT calls_after FROM scripts WHERE script_id = ?), 0) "
+            "AND id <= coalesce((SELECT calls_up_to FROM scripts WHERE script_id = ?), "
+            "9223372036854775807) AND script_id = ?"
+        )
+        parameters += [script_id, script_id, script_id]
+    if uncertain:
+        conditions.append("uncertain_reason IS NOT NULL")
+    return conditions, parameters
 
 
 def _append_after_the_fact(intents: _IntentLog, line: bytes) -> None:
