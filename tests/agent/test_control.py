@@ -73,6 +73,9 @@ async def test_an_invalid_control_is_rejected_naming_the_field_before_any_reques
     [
         ({"max_tokens": -1}, ValueError, "max_tokens"),
         ({"max_tokens": "many"}, ValueError, "max_tokens"),
+        ({"max_tokens": 10**30}, ValueError, "max_tokens"),
+        ({"api_key": 5}, TypeError, "api_key"),
+        ({"api_key": ""}, ValueError, "api_key"),
         ({"instructions": 3}, TypeError, "instructions"),
         ({"runtime": 3}, TypeError, "runtime"),
     ],
@@ -81,12 +84,11 @@ async def test_a_bad_agent_argument_is_refused_naming_it_before_any_request(
     standin: StandIn, fake: FakeRuntime, knobs: dict[str, Any], error: type, named: str
 ) -> None:
     standin.queue(Reply(text="should never be asked"))
-    arguments: dict[str, Any] = {"runtime": fake, **knobs}
+    arguments: dict[str, Any] = {"runtime": fake, "api_key": KEY, **knobs}
     with pytest.raises(error, match=f"^{named}"):
         Agent(
             standin.model,
             base_url=standin.base_url,
-            api_key=KEY,
             control=ExecutionControl(request_timeout=5, tool_timeout=None, lifetime_timeout=60),
             **arguments,
         )

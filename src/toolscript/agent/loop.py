@@ -45,6 +45,10 @@ from .turn import AgentEvent, Stop, StopReason, Turn
 
 __all__ = ["Agent", "AgentEvent", "StopReason", "Turn"]
 
+MOST_TOKENS = 2**31 - 1
+"""The largest `max_tokens` taken: what a provider's API reads as a number (a model's own
+bound is lower, and its provider says so)."""
+
 CONTINUE_AFTER = frozenset({"max_tokens", "length", "pause_turn"})
 """Model stops that end a reply, not the turn: the loop asks the model to go on."""
 CUT_REPLY = (
@@ -91,9 +95,16 @@ class Agent:
                 f"runtime: expected a toolscript Runtime, not {runtime!r} (it has no "
                 f"{', '.join(missing)})"
             )
-        if type(max_tokens) is not int or max_tokens < 1:
+        if type(max_tokens) is not int or not 1 <= max_tokens <= MOST_TOKENS:
             raise ValueError(
-                f"max_tokens must be a whole number of tokens, at least 1, not {max_tokens!r}"
+                f"max_tokens must be a whole number of tokens from 1 to {MOST_TOKENS:,}, not "
+                f"{max_tokens!r}"[:300]
+            )
+        if api_key is not None and not isinstance(api_key, str):
+            raise TypeError(f"api_key: expected a string, not {type(api_key).__name__}")
+        if api_key == "":
+            raise ValueError(
+                "api_key: an empty string; give the key, or None to read it from the environment"
             )
         if instructions is not None and not isinstance(instructions, str):
             raise TypeError(f"instructions: expected a string, not {instructions!r}")
