@@ -96,15 +96,7 @@ async def test_an_abort_after_a_stream_that_did_not_end_the_turn_is_an_abort(
 async def test_an_abort_while_a_script_runs_says_the_script_was_cancelled_with_the_turn(
     standin: StandIn, fake: FakeRuntime
 ) -> None:
-    gate = asyncio.Event()
-    started = asyncio.Event()
-
-    async def long_script(limit: float | None) -> FakeResult:
-        started.set()
-        await gate.wait()
-        return FakeResult("ok", "done")
-
-    fake.the_shell.behaviours["work()"] = long_script
+    started = held_script(fake, "work()")
     standin.queue(Reply(calls=[("run_python", {"code": "work()"})]))
     agent = agent_for(standin, fake)
     task = asyncio.create_task(agent.run("go"))
@@ -224,15 +216,7 @@ async def test_an_abort_mid_reply_says_which_of_its_calls_were_not_run(
 ) -> None:
     # Three scripts and a finish in one reply; the turn is aborted while the second runs.
     # As a lifetime's stop does, the record names the third and the finish as not run.
-    gate = asyncio.Event()
-    started = asyncio.Event()
-
-    async def long_script(limit: float | None) -> FakeResult:
-        started.set()
-        await gate.wait()
-        return FakeResult("ok", "done")
-
-    fake.the_shell.behaviours["work()"] = long_script
+    started = held_script(fake, "work()")
     standin.queue(
         Reply(
             calls=[
@@ -276,3 +260,16 @@ async def test_an_on_event_listener_raising_cancelled_does_not_abort_the_turn(
     turn = await agent_for(standin, fake, on_event=listener).run("go")
 
     assert (turn.stop_reason, turn.steps) == ("end_turn", 2), turn.error
+
+
+def held_script(fake: FakeRuntime, code: str) -> asyncio.Event:
+    """Make `code` a script that runs until it is stopped; the event it sets as it starts."""
+    started, gate = asyncio.Event(), asyncio.Event()
+
+    async def held(limit: float | None) -> FakeResult:
+        started.set()
+        await gate.wait()
+        return FakeResult("ok", "done")
+
+    fake.the_shell.behaviours[code] = held
+    return started

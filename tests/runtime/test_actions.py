@@ -271,12 +271,7 @@ async def test_an_unknown_script_id_is_refused_naming_the_known_ones(
 
 async def test_only_the_last_keep_count_ended_scripts_are_kept(runtime: Runtime) -> None:
     actions = Actions(runtime.shell("kept"), max_time_limit=60, keep_count=1)
-    first = await actions.start(RunRequest("1", None, True))
-    assert first.handle is not None
-    await first.handle.result()
-    second = await actions.start(RunRequest("2", None, True))
-    assert second.handle is not None
-    await second.handle.result()
+    first, second = await ended(actions, "1"), await ended(actions, "2")
 
     assert (
         "no background script" in (await actions.script_status({"script_id": first.script_id})).text
@@ -298,12 +293,8 @@ async def test_a_script_forgotten_here_is_not_answered_by_the_recall_of_an_earli
         return Answer("exit 0 · ok\n\nthe server stopped before it kept the result")
 
     actions = Actions(runtime.shell("kept"), max_time_limit=60, keep_count=1, recall=recall)
-    first = await actions.start(RunRequest("1", None, True))
-    assert first.handle is not None
-    await first.handle.result()
-    second = await actions.start(RunRequest("2", None, True))
-    assert second.handle is not None
-    await second.handle.result()
+    first = await ended(actions, "1")
+    await ended(actions, "2")
 
     answer = await actions.script_status({"script_id": first.script_id})
 
@@ -345,3 +336,11 @@ def test_a_tool_that_is_not_offered_is_refused_naming_those_that_are() -> None:
     assert no_such_tool("frobnicate", ["run_python", "script_status"]) == Answer.refusal(
         "There is no tool named 'frobnicate'; the tools are run_python, script_status."
     )
+
+
+async def ended(actions: Actions, code: str) -> Answer:
+    """`code` started in the background; the answer that started it, once it has ended."""
+    started = await actions.start(RunRequest(code, None, True))
+    assert started.handle is not None
+    await started.handle.result()
+    return started
