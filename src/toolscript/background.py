@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 from .config import output_limit
 from .host.interpreter import Interpreter, InterpreterStartError
 from .host.pool import CLOSED, CapReached
-from .results import ScriptResult, check_words, render_output, result_from
+from .results import ScriptResult, check_words, render_output, restart_words, result_from
 
 if TYPE_CHECKING:
     from .host.keeper import RunningScript
@@ -79,28 +79,6 @@ async def check_before_running(
     if checked.failure is not None:
         return None, [f"The check before running could not run: {checked.failure}."]
     return None, []
-
-
-def restart_words(keeper_stop: str | None, what: str = "script") -> str:
-    """What a result followed across a host's restart says of it, by what the keeper did
-    while no host was attached (`RunningScript.keeper_stop`); `what` names the script."""
-    if keeper_stop == "killed":
-        happened = (
-            "the keeper that held its interpreter stopped it at its time limit while no "
-            "host was attached, and killed the interpreter when it did not stop within "
-            "the grace period"
-        )
-    elif keeper_stop == "interrupted":
-        happened = (
-            "the interpreter was kept, and the keeper interrupted the script at its time "
-            "limit while no host was attached"
-        )
-    else:
-        happened = "the interpreter was kept, and the script went on"
-    return (
-        f"The host restarted while this {what} ran; {happened}. Output the script wrote "
-        "before the restart is missing where the host that ended had already read it."
-    )
 
 
 class ScriptHandle:

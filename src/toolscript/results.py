@@ -593,6 +593,28 @@ def _answer_words(record: CallRecord) -> str:
     return f"; {kind} began: {_one_line(record.answer_brief, 400)}"
 
 
+def restart_words(keeper_stop: str | None, what: str = "script") -> str:
+    """What a result followed across a host's restart says of it, by what the keeper did
+    while no host was attached (`RunningScript.keeper_stop`); `what` names the script."""
+    if keeper_stop == "killed":
+        happened = (
+            "the keeper that held its interpreter stopped it at its time limit while no "
+            "host was attached, and killed the interpreter when it did not stop within "
+            "the grace period"
+        )
+    elif keeper_stop == "interrupted":
+        happened = (
+            "the interpreter was kept, and the keeper interrupted the script at its time "
+            "limit while no host was attached"
+        )
+    else:
+        happened = "the interpreter was kept, and the script went on"
+    return (
+        f"The host restarted while this {what} ran; {happened}. Output the script wrote "
+        "before the restart is missing where the host that ended had already read it."
+    )
+
+
 def check_words(findings: Sequence[object], *, refused: bool) -> str:
     """The note on what the check before running found: one finding a line."""
     count = f"{len(findings)} problem{'s' if len(findings) != 1 else ''}"

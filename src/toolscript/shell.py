@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .background import BackgroundScripts, ScriptHandle, check_before_running, restart_words
+from .background import BackgroundScripts, ScriptHandle, check_before_running
 from .config import Settings, output_limit, positive_seconds
 from .host.calls import NotJournaled
 from .host.catalogue import ToolCatalogue
@@ -41,6 +41,7 @@ from .results import (
     broken_reset_words,
     render_output,
     reset_words,
+    restart_words,
     result_from,
     uncertain_words,
 )
