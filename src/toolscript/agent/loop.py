@@ -131,7 +131,9 @@ class Agent:
 
         Cancelling the task that awaits this ends the turn with `stop_reason="aborted"` and
         returns the `Turn` instead of raising `CancelledError` (the cancellation is absorbed),
-        unless the turn had already ended, in which case its own ending stands. A script
+        unless the turn had already ended, in which case its own ending stands. (A task
+        cancelled before it first ran never entered this, so nothing began, and it raises
+        `CancelledError` as any task does.) A script
         running in the foreground is stopped with it; its result (its status, and each
         call's fate: a call never answered may still take effect) is in `Turn.error` and in
         the transcript's `script_abandoned` entry. With a
