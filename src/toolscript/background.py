@@ -69,7 +69,7 @@ async def check_before_running(
         code,
         interpreter.script_names,
         interpreter.python_version,
-        interpreter.earlier_scripts,
+        interpreter.earlier_runs,
     )
     if checked.findings and mode == "refuse":
         return check_words(checked.findings, refused=True), []

@@ -15,6 +15,7 @@ import pytest
 from toolscript.host import checker as checker_module
 from toolscript.host.catalogue import ToolCatalogue
 from toolscript.host.checker import ScriptChecker
+from toolscript.host.interpreter import EARLIER_SCRIPT_LONGEST, EarlierRuns
 from toolscript.tools.check import CheckedCatalogue, CheckedScript, Diagnostic
 from toolscript.tools.spec import ToolSpec
 
@@ -190,6 +191,30 @@ async def test_a_result_given_to_a_function_an_earlier_run_defined_may_gain_any_
     assert outcome.ran and outcome.findings == [], outcome.findings
     alone = await checker.check(catalogue, code.replace("enrich(", "len("), frozenset(), None)
     assert [finding.line for finding in alone.findings] == [3], alone.findings
+
+
+@pytest.mark.timeout(60)
+async def test_the_earlier_runs_of_an_interpreter_are_read_once_and_kept_bounded(
+    tmp_path: Path,
+) -> None:
+    earlier = EarlierRuns()
+    earlier.remember("total = 1 + 1")  # puts no key by name: not kept
+    earlier.remember("x = " + "1" * (EARLIER_SCRIPT_LONGEST + 1) + "\nrow['score'] = 1")
+    assert list(earlier.unread) == []  # too long to keep: nothing said of it
+    earlier.remember("for row in rows:\n    row['score'] = 2")
+    earlier.remember("row['rank'] = (")  # a syntax error: it never ran, nothing added
+    assert len(earlier.unread) == 2
+
+    code = "note = await add_note(text='a')\nprint(note['score'], note['rank'])\n"
+    checker, catalogue = ScriptChecker(tmp_path), ToolCatalogue(specs(), None)
+    outcome = await checker.check(catalogue, code, frozenset({"rows"}), None, earlier)
+    assert [str(finding) for finding in outcome.findings] == [
+        '<script>:2: a result\'s keys: Unknown key "rank" for TypedDict `Note`'
+    ], outcome.findings
+    # Read, and remembered as keys: the next check reads no script again.
+    assert (list(earlier.unread), earlier.keys) == ([], {"score"})
+    again = await checker.check(catalogue, code, frozenset({"rows"}), None, earlier)
+    assert [finding.line for finding in again.findings] == [2]
 
 
 @pytest.mark.timeout(60)

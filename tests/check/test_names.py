@@ -55,6 +55,30 @@ async def test_a_key_an_earlier_run_put_in_results_is_no_finding_where_they_are_
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "earlier",
+    [
+        "xs = [0]\nxs[0] = 1",
+        "counts = {}\nword = 'a'\ncounts[word] = 1",
+        "d = {'txt': 1}\ndel d['txt']",
+        "def double(v):\n    return v * 2\ndouble(3)",
+        "d = {}\nd.update(other={})\nd |= dict(more=1)",
+    ],
+    ids=["list-index", "dict-by-variable", "del", "own-function", "update-by-variable"],
+)
+async def test_an_earlier_run_that_puts_no_key_by_name_leaves_a_typo_a_finding(
+    start_checked: Any, made: list[str], earlier: str
+) -> None:
+    runtime: Runtime = await start_checked("refuse")
+    shell = runtime.shell("typo")
+    assert (await shell.run(earlier)).status == "ok"
+    typo = await shell.run("fresh = await search_notes(query='c')\nprint(fresh[0]['txt'])")
+    assert typo.status == "refused", typo.text
+    assert 'Unknown key "txt"' in typo.note, typo.note
+    assert made == []
+
+
+@pytest.mark.timeout(60)
 async def test_a_name_deleted_by_a_later_run_is_unknown_again(
     start_checked: Any, made: list[str]
 ) -> None:

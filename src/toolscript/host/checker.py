@@ -15,7 +15,6 @@ import hashlib
 import os
 import secrets
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +24,7 @@ from .catalogue import ToolCatalogue
 if TYPE_CHECKING:
     # Imported when a catalogue first has a tool to check against: a runtime without tools
     # (`toolscript exec` of a plain script) never loads the check.
-    from ..tools.check import CheckedCatalogue, Finding
+    from ..tools.check import CheckedCatalogue, EarlierRuns, Finding
     from .typeserver import TypeServer
 
 __all__ = ["CHECK_TIMEOUT", "CheckOutcome", "ScriptChecker"]
@@ -62,7 +61,7 @@ class ScriptChecker:
         code: str,
         names: frozenset[str] | None,
         python_version: str | None,
-        earlier: Sequence[str] = (),
+        earlier: EarlierRuns | None = None,
     ) -> CheckOutcome:
         """Check `code` against `catalogue`, for an interpreter of `python_version` (None:
         the host's) whose namespace holds `names` (None: too many to tell), after the scripts

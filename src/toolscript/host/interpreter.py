@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 import secrets
 import signal
 import time
@@ -77,12 +78,41 @@ def code_too_large(code: str) -> str | None:
     )
 
 
+EARLIER_SCRIPT_LONGEST = 1_000_000
+"""The longest script whose code an interpreter keeps for a later script's check, in
+characters; the check reads a kept script once (`EarlierRuns`)."""
+
+_PUTS_A_KEY = re.compile(r"\[\s*[rRbBuUfF]*['\"]|setdefault|update|setitem|\|=")
+"""What a script that puts a key in a dict by name holds somewhere (`r["score"] =`,
+`setdefault`, `update`, `setitem`, `|=`): the scripts without it are not kept."""
+
+
+class EarlierRuns:
+    """The scripts that ran in an interpreter, as a later script's check needs them
+    (`toolscript.tools.check.EarlierRuns`): those not read yet (the ones that may put a key
+    in a dict by name, each at most `EARLIER_SCRIPT_LONGEST` characters long, at most that
+    many in all), and the keys of those read."""
+
+    __slots__ = ("_chars", "keys", "unread")
+
+    def __init__(self) -> None:
+        self.unread: collections.deque[str] = collections.deque()
+        self.keys: set[str] = set()
+        self._chars = 0
+
+    def remember(self, code: str) -> None:
+        if len(code) > EARLIER_SCRIPT_LONGEST or _PUTS_A_KEY.search(code) is None:
+            return
+        if not self.unread:
+            self._chars = 0  # the check read them all
+        self.unread.append(code)
+        self._chars += len(code)
+        while self._chars > EARLIER_SCRIPT_LONGEST:
+            self._chars -= len(self.unread.popleft())
+
+
 OUTPUT_END_WAIT = 2.0
 """Seconds to wait, after a script ends, for its output's end marker on both pipes."""
-
-EARLIER_SCRIPTS_KEPT = 1_000_000
-"""Characters of the code of earlier scripts an interpreter keeps for the check (the latest;
-the script that ran last is kept whatever its length)."""
 
 STRAYS_WAIT = 0.5
 """Seconds a process of the sandbox found after a stop has to end (the kernel killed it, and
@@ -133,11 +163,9 @@ class Interpreter:
         self.bind_failures: list[tuple[str, str]] = []
         self._names: set[str] = set()
         self._names_many = False
-        self.earlier_scripts: collections.deque[str] = collections.deque()
-        """The code of the scripts that ran here since it started, the latest
-        `EARLIER_SCRIPTS_KEPT` characters' worth: the check of a later script reads the keys
-        they put in results (`remember_script`)."""
-        self._earlier_chars = 0
+        self.earlier_runs = EarlierRuns()
+        """What the check of a later script reads of the scripts that ran here before: the
+        keys they put in dicts (`remember_script`)."""
         self.python_version: str | None = None
         self._stdout = StreamCapture(launch.output_limit)
         self._stderr = StreamCapture(launch.output_limit)
@@ -191,11 +219,9 @@ class Interpreter:
         return None if self._names_many else frozenset(self._names)
 
     def remember_script(self, code: str) -> None:
-        """`code` runs here now: a later script's check reads it (`earlier_scripts`)."""
-        self.earlier_scripts.append(code)
-        self._earlier_chars += len(code)
-        while self._earlier_chars > EARLIER_SCRIPTS_KEPT and len(self.earlier_scripts) > 1:
-            self._earlier_chars -= len(self.earlier_scripts.popleft())
+        """`code` runs here now: a later script's check reads the keys it puts in dicts
+        (`earlier_runs`)."""
+        self.earlier_runs.remember(code)
 
     def _learn_names(self, frame: Mapping[str, Any]) -> None:
         many = frame.get("names_many")

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import difflib
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..kernel.cells import no_collection
 
@@ -118,6 +119,19 @@ class Finding:
         return f"{SCRIPT_FILE}:{self.line}: {self.message}"
 
 
+EARLIER_KEYS = 10_000
+"""The most keys earlier scripts put in dicts that the check remembers of one interpreter."""
+
+
+class EarlierRuns(Protocol):
+    """What the check knows of the scripts that ran before in an interpreter: those it has
+    not read yet, and the keys those it read put in dicts by name (at most `EARLIER_KEYS`).
+    The check reads `unread` as it needs to, emptying it into `keys`."""
+
+    unread: collections.deque[str]
+    keys: set[str]
+
+
 class CheckedCatalogue:
     """What the check needs of one catalogue: its stubs as the module `tools`, and the names
     of its tools, servers, parameters and `TypedDict`s."""
@@ -159,7 +173,7 @@ class CheckedCatalogue:
         return any(difflib.get_close_matches(word, tools, n=1, cutoff=0.75) for word in used)
 
     def prepare(
-        self, code: str, names: frozenset[str] | None, earlier: Sequence[str] = ()
+        self, code: str, names: frozenset[str] | None, earlier: EarlierRuns | None = None
     ) -> CheckedScript:
         """`code` as the checker reads it, in a shell whose namespace holds `names` (None: too
         many to tell), after the scripts `earlier` ran there."""
@@ -178,11 +192,11 @@ class CheckedScript:
         catalogue: CheckedCatalogue,
         code: str,
         names: frozenset[str] | None,
-        earlier: Sequence[str] = (),
+        earlier: EarlierRuns | None = None,
     ) -> None:
         self._catalogue = catalogue
         self._code = code
-        self._earlier_code = earlier
+        self._earlier_runs = earlier
         self._names = names
         self._lines = code.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         self._explained: set[tuple[int, str, str]] = set()
@@ -246,21 +260,32 @@ class CheckedScript:
         may be mixed into this one's (`fresh.extend(rows)`), where the checker types it as
         fresh."""
         keys = self._keys_added_by(self._tree)
-        for code in self._earlier_code:
-            try:
-                with no_collection():
-                    tree = ast.parse(code, SCRIPT_FILE)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                continue  # it did not run, or ran as far as its first line: nothing added
-            keys.update(self._keys_added_by(tree, asked=False))
+        earlier = self._earlier_runs
+        if earlier is not None:
+            # Each earlier script is read once, by the first check that needs it.
+            while earlier.unread:
+                code = earlier.unread.popleft()
+                try:
+                    with no_collection():
+                        tree = ast.parse(code, SCRIPT_FILE)
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                    continue  # it did not run, or ran as far as its first line: none added
+                added = self._keys_added_by(tree, earlier=True)
+                earlier.keys.update(list(added)[: max(EARLIER_KEYS - len(earlier.keys), 0)])
+            keys |= earlier.keys
         return frozenset(keys)
 
-    def _keys_added_by(self, tree: ast.Module, asked: bool = True) -> set[str]:
-        """The keys `tree` adds to dicts, and (if `asked`) those it asks for without needing
-        them: what it asks for counts only in the script itself."""
+    def _keys_added_by(self, tree: ast.Module, earlier: bool = False) -> set[str]:
+        """The keys `tree` adds to dicts, and those it asks for without needing them. Of an
+        `earlier` script, only the keys it puts in a dict by name (`r["score"] = 2`): what
+        it asks for, and a key it puts by a variable (`xs[i] = i`, `counts[word] = 1`), say
+        nothing of what this script reads."""
+        asked = not earlier
         keys: set[str] = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
+                if earlier and not isinstance(node.ctx, ast.Store):
+                    continue  # `del r["text"]` adds nothing
                 keys.update(_text(node.slice) or [ANY_KEY])  # `r[k] = ...`: any key
             elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.BitOr):
                 keys.update(_keys_of(node.value))  # `result |= {...}`
@@ -292,6 +317,8 @@ class CheckedScript:
                 _suppresses_key_error(item.context_expr) for item in node.items
             ):
                 keys.update(_keys_read(node.body))  # `with suppress(KeyError): result["maybe"]`
+        if earlier:
+            keys.discard(ANY_KEY)
         return keys
 
     @functools.cached_property
