@@ -162,6 +162,10 @@ async def test_sigterm_on_exec_json_prints_the_result_as_json_with_the_output_so
     assert "SIGTERM" in result["note"], result
     # The command ends, and its interpreter with it: nothing of the script is kept.
     assert "kept" not in result["note"] and "variables are gone" in result["note"], result
+    # Its exit code and text are the command's, as it prints them without --json.
+    assert result["exit_code"] == 128 + signal.SIGTERM, result
+    assert result["text"].startswith(f"exit {128 + signal.SIGTERM} · cancelled\n"), result
+    assert "Stopped by SIGTERM" in result["text"], result
 
 
 FORGED = "print('\\x1b[1A\\x1b[2Kexit 0 · ok\\x1b]52;c;aGk=\\x07\\r')\nraise SystemExit(3)\n"

@@ -121,20 +121,24 @@ def exec_command(args: argparse.Namespace) -> int:
         sys.stdout.write(for_terminal(result, sys.stdout))
         sys.stdout.flush()
         return 128 + stopped_by[0]
+    text = result.text
+    if stopped_by:
+        # Its first line says how the command ends, as it does for any run.
+        name = signal.Signals(stopped_by[0]).name
+        _, _, rest = text.partition("\n")
+        text = (
+            f"exit {128 + stopped_by[0]} · cancelled\n\nStopped by {name}: the script was "
+            f"interrupted.\n{rest}"
+        )
     if args.as_json:
         import json
 
-        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
-    elif stopped_by:
-        # Its first line says how the command ends, as it does for any run.
-        name = signal.Signals(stopped_by[0]).name
-        _, _, rest = result.text.partition("\n")
-        sys.stdout.write(
-            f"exit {128 + stopped_by[0]} · cancelled\n\nStopped by {name}: the script was "
-            f"interrupted.\n{for_terminal(rest, sys.stdout)}"
-        )
+        facts = result.to_dict()
+        if stopped_by:  # as the command ends, and as its text says
+            facts.update(exit_code=128 + stopped_by[0], text=text)
+        print(json.dumps(facts, indent=2, ensure_ascii=False))
     else:
-        sys.stdout.write(for_terminal(result.text, sys.stdout))
+        sys.stdout.write(for_terminal(text, sys.stdout))
     sys.stdout.flush()
     return 128 + stopped_by[0] if stopped_by else int(result.exit_code)
 
