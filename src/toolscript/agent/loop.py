@@ -96,15 +96,22 @@ class Agent:
                 f"{', '.join(missing)})"
             )
         if type(max_tokens) is not int or not 1 <= max_tokens <= MOST_TOKENS:
+            said = (
+                "a larger number"
+                if type(max_tokens) is int and max_tokens > MOST_TOKENS
+                else repr(max_tokens)[:200]
+            )
             raise ValueError(
-                f"max_tokens must be a whole number of tokens from 1 to {MOST_TOKENS:,}, not "
-                f"{max_tokens!r}"[:300]
+                f"max_tokens must be a whole number of tokens from 1 to {MOST_TOKENS:,}, not {said}"
             )
         if api_key is not None and not isinstance(api_key, str):
             raise TypeError(f"api_key: expected a string, not {type(api_key).__name__}")
-        if api_key == "":
+        if api_key is not None and (not api_key or not api_key.isprintable() or " " in api_key):
+            # Said now, not by the provider's SDK at the first request: a key read from a
+            # file with its line break, or pasted with a space.
             raise ValueError(
-                "api_key: an empty string; give the key, or None to read it from the environment"
+                "api_key: empty, or holds a space, a line break or another character no key "
+                "has; give the key alone, or None to read it from the environment"
             )
         if instructions is not None and not isinstance(instructions, str):
             raise TypeError(f"instructions: expected a string, not {instructions!r}")
