@@ -81,6 +81,22 @@ async def check_before_running(
     return None, []
 
 
+_CANCELLED_BY_CALLER = "cancelled by the caller"
+"""The reason of a cancel that gives none."""
+
+
+def _not_begun(reason: str | None, when: str, then: str = ".") -> str:
+    """The note of a background script that ended `when` it had not begun, cancelled for
+    `reason` (None: by nobody, as its runtime closed; "" or the default: by the caller)."""
+    if reason is None:
+        verb, why = "abandoned", ""
+    elif reason in ("", _CANCELLED_BY_CALLER):
+        verb, why = "cancelled", ""
+    else:
+        verb, why = "stopped", f" ({reason})"
+    return f"The background script was {verb} {when}{why}{then}"
+
+
 class ScriptHandle:
     """A background script: ask its status, await its result, or cancel it.
 
@@ -103,6 +119,7 @@ class ScriptHandle:
         self._task: asyncio.Task[None] | None = None
         self._ending: asyncio.Task[None] | None = None
         self._interpreter: Interpreter | None = None
+        self._cancelled_for: str | None = None  # the reason of a cancel before it began
 
     def status(self) -> str:
         """`"running"` until it ends, then its result's status."""
@@ -133,13 +150,14 @@ class ScriptHandle:
         """Its result, once it has ended (waits until then)."""
         return await asyncio.shield(self._result)
 
-    async def cancel(self, reason: str = "cancelled by the caller") -> ScriptResult:
+    async def cancel(self, reason: str = _CANCELLED_BY_CALLER) -> ScriptResult:
         """Stop it (interrupt, then a kill after the grace period) and return its result."""
         if not self._result.done():
             interpreter = self._interpreter
             if interpreter is not None and interpreter.busy:
                 await interpreter.stop(reason, self._grace)
             elif self._task is not None:
+                self._cancelled_for = reason
                 self._task.cancel()
         return await self.result()
 
@@ -311,7 +329,7 @@ class BackgroundScripts:
         handle._settle(
             ScriptResult(
                 status="cancelled",
-                note="The background script was cancelled before it started: nothing ran.",
+                note=_not_begun(handle._cancelled_for or "", "before it started", ": nothing ran."),
                 script_id=handle.id,
                 shell=shell,
                 time_limit=limit,
@@ -401,7 +419,7 @@ class BackgroundScripts:
             if result is None:
                 result = ScriptResult(
                     status="cancelled",
-                    note="The background script was abandoned while it started.",
+                    note=_not_begun(handle._cancelled_for, "while it started"),
                     script_id=script_id,
                     shell=shell,
                     time_limit=limit,

@@ -155,6 +155,24 @@ async def test_a_background_script_stops_at_its_time_limit(make_runtime: MakeRun
 
 
 @pytest.mark.timeout(30)
+async def test_a_background_script_cancelled_before_it_began_says_why_and_that_nothing_ran(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = await make_runtime()
+    # Cancelled in the same step as it was started: no interpreter had taken it up.
+    # (Before its task first ran, or while it waited for its interpreter.)
+    plain = await rt.shell("a").start("print('ran')")
+    said = await asyncio.wait_for(plain.cancel(), 10)
+    assert (said.status, said.stdout) == ("cancelled", ""), said.text
+    assert said.note.startswith("The background script was cancelled "), said.note
+    assert " it started" in said.note, said.note
+    closing = await rt.shell("b").start("print('ran')")
+    said = await asyncio.wait_for(closing.cancel("the shell was closed because serve stopped"), 10)
+    assert said.note.startswith("The background script was stopped "), said.note
+    assert " it started (the shell was closed because serve stopped)" in said.note, said.note
+
+
+@pytest.mark.timeout(30)
 async def test_closing_the_runtime_cancels_its_background_scripts(
     make_runtime: MakeRuntime, tmp_path: Path
 ) -> None:
