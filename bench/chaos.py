@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conftest import processes_with
 from tests.keeper.chaos import Chaos
+from tests.processes import processes_with
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--scripts", type=int, default=200)
     parser.add_argument("--kills", type=int, default=30)
@@ -48,7 +48,8 @@ def main() -> None:
     out = Path(__file__).parent / "results" / "chaos.json"
     out.write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
+    return 1 if problems else 0  # what must hold did not: a failure, not a figure
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -90,6 +90,14 @@ def main() -> None:
     parser.add_argument("--console-script", action="store_true")
     parser.add_argument("--against", type=Path, help="another toolscript's source folder")
     options = parser.parse_args()
+    if (
+        options.against is not None
+        and not (options.against / "toolscript" / "__init__.py").is_file()
+    ):
+        # Else the rows "with SRC" would quietly time the toolscript installed here.
+        parser.error(
+            f"--against {options.against}: no toolscript package there (give a checkout's src)"
+        )
 
     toolscript = toolscript_command(options.console_script)
     with tempfile.TemporaryDirectory(prefix="cli_start_") as temporary:

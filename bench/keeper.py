@@ -115,9 +115,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=300)
-    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=1000,
+        help="sequential calls a round, over 50 (the first 50 warm up and are not timed)",
+    )
     parser.add_argument("--shells", type=int, default=50)
     args = parser.parse_args()
+    if args.calls <= 50:
+        parser.error(f"--calls must be over 50 (the first 50 warm up), not {args.calls}")
     rounds: list[dict[str, Any]] = []
     for number in range(args.rounds):
         row: dict[str, Any] = {}

@@ -59,8 +59,17 @@ PEERS = {
 
 
 def memory_of(pid: int) -> dict[str, float]:
-    """RSS, USS and PSS of one process, in MB."""
-    info = psutil.Process(pid).memory_full_info()
+    """RSS, USS and PSS of the Python process `pid` is, or started (a sandbox's `bwrap` and
+    its init are not the interpreter: the kernel is their child), in MB."""
+    process = psutil.Process(pid)
+    if not process.name().startswith("python"):
+        found = [
+            child for child in process.children(recursive=True) if child.name().startswith("python")
+        ]
+        if not found:
+            raise RuntimeError(f"no Python process in {pid}'s tree: {process.name()}")
+        process = found[0]
+    info = process.memory_full_info()
     return {"rss_mb": info.rss / MB, "uss_mb": info.uss / MB, "pss_mb": info.pss / MB}
 
 
@@ -82,7 +91,7 @@ async def idle_interpreters(knobs: dict[str, Any], count: int, state: Path) -> d
             assert result.status == "ok", result.text
             assert shell._interpreter is not None and shell._interpreter.pid is not None
             assert shell._interpreter.forked == knobs["fork"]
-            pids.append(shell._interpreter.pid)
+            pids.append(shell._interpreter.kernel_pid() or shell._interpreter.pid)
         idle = medians([memory_of(pid) for pid in pids])
         for shell in shells:
             result = await shell.run("import gc; gc.collect()")

@@ -116,9 +116,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--shells", type=int, default=20)
     parser.add_argument("--runs", type=int, default=300)
-    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=1000,
+        help="sequential calls a round, over 50 (the first 50 warm up and are not timed)",
+    )
     parser.add_argument("--cold", type=int, default=8)
     args = parser.parse_args()
+    if args.calls <= 50:
+        parser.error(f"--calls must be over 50 (the first 50 warm up), not {args.calls}")
     bwrap = find_bwrap()
     assert bwrap is not None, "bubblewrap is needed"
     rounds: list[dict[str, Any]] = []

@@ -24,7 +24,10 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.processes import processes_with
 from toolscript import Runtime, tool
+
+__all__ = ["processes_with"]  # where the suites have always found it
 
 SANDBOX = os.environ.get("TOOLSCRIPT_TEST_SANDBOX", "required")
 
@@ -102,20 +105,6 @@ def is_gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
-
-
-def processes_with(token: str) -> list[psutil.Process]:
-    """Live processes (not zombies) whose command line holds `token`."""
-    found = []
-    for process in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if process.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if any(token in part for part in process.info["cmdline"] or ()):
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
 
 
 FIND_CHANNEL = (
