@@ -270,3 +270,34 @@ async def test_a_frame_cut_short_by_the_script_is_named_when_the_interpreter_is_
 @pytest.fixture
 async def runtime_with_echo(make_runtime: MakeRuntime) -> Runtime:
     return await make_runtime(tools=[echo])
+
+
+@pytest.mark.timeout(30)
+async def test_a_stop_caught_inside_a_calls_send_says_its_acknowledgements_once_to_the_host(
+    make_runtime: MakeRuntime,
+) -> None:
+    # The stop sends the acknowledgements still waiting (`seen` of echo(value=1)). Caught in
+    # the script's own code that the kernel runs while it builds the next call's frame (a
+    # dict's `items`), the call goes on, and its frame may carry them again: no violation,
+    # no fate changed, and the interpreter is kept.
+    runtime = await make_runtime(tools=[echo], grace=5)
+    code = (
+        "import time\n"
+        "class Slow(dict):\n"
+        "    def items(self):\n"
+        "        try:\n"
+        "            time.sleep(10)\n"
+        "        except KeyboardInterrupt:\n"
+        "            print('caught', flush=True)\n"
+        "        return super().items()\n"
+        "await echo(value=1)\n"
+        "await echo(value=Slow(a=1))\n"
+    )
+    result = await runtime.run(code, time_limit=1)
+    assert result.status == "time_limit", result.text
+    assert "caught" in result.stdout, result.text  # the stop landed inside the call's send
+    assert violation_of(runtime, str(result.script_id)) is None
+    first = result.calls.records[0]
+    assert (first.args_brief, first.fate) == ("value=1", "seen")
+    after = await runtime.run("'kept'")
+    assert (after.status, after.generation) == ("ok", result.generation), after.text
