@@ -73,7 +73,7 @@ async def check_before_running(
     )
     if checked.findings and mode == "refuse":
         return check_words(checked.findings, refused=True), []
-    interpreter.remember_script(code)  # it runs: a key it puts in a result is no mistake later
+    interpreter.earlier_runs.remember(code)  # it runs: a key it stores is no mistake later
     if checked.findings:
         return None, [check_words(checked.findings, refused=False)]
     if checked.failure is not None:

@@ -14,8 +14,7 @@ import pytest
 
 from toolscript.host import checker as checker_module
 from toolscript.host.catalogue import ToolCatalogue
-from toolscript.host.checker import ScriptChecker
-from toolscript.host.interpreter import EARLIER_SCRIPT_LONGEST, EarlierRuns
+from toolscript.host.checker import EARLIER_SCRIPT_LONGEST, EarlierRuns, ScriptChecker
 from toolscript.tools.check import CheckedCatalogue, CheckedScript, Diagnostic
 from toolscript.tools.spec import ToolSpec
 

@@ -11,8 +11,10 @@ server that fails or overruns `CHECK_TIMEOUT`) finds nothing, and says why.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
+import re
 import secrets
 import sys
 from dataclasses import dataclass, field
@@ -24,10 +26,16 @@ from .catalogue import ToolCatalogue
 if TYPE_CHECKING:
     # Imported when a catalogue first has a tool to check against: a runtime without tools
     # (`toolscript exec` of a plain script) never loads the check.
-    from ..tools.check import CheckedCatalogue, EarlierRuns, Finding
+    from ..tools.check import CheckedCatalogue, Finding
     from .typeserver import TypeServer
 
-__all__ = ["CHECK_TIMEOUT", "CheckOutcome", "ScriptChecker"]
+__all__ = [
+    "CHECK_TIMEOUT",
+    "EARLIER_SCRIPT_LONGEST",
+    "CheckOutcome",
+    "EarlierRuns",
+    "ScriptChecker",
+]
 
 CHECK_TIMEOUT = 10.0
 """Seconds the checker may take on one script (its start included) before the check is
@@ -43,6 +51,39 @@ class CheckOutcome:
     """False when the script was not checked: it names no tool, or the check could not run."""
     failure: str | None = None
     """Why the check could not run, in words; None when it ran or was not needed."""
+
+
+EARLIER_SCRIPT_LONGEST = 1_000_000
+"""The longest script whose code an interpreter keeps for a later script's check, in
+characters; the check reads a kept script once (`EarlierRuns`)."""
+
+_PUTS_A_KEY = re.compile(r"\[\s*[rRbBuUfF]*['\"]|setdefault|update|setitem|\|=")
+"""What a script that puts a key in a dict by name holds somewhere (`r["score"] =`,
+`setdefault`, `update`, `setitem`, `|=`): the scripts without it are not kept."""
+
+
+class EarlierRuns:
+    """The scripts that ran in an interpreter, as a later script's check needs them
+    (`toolscript.tools.check.EarlierRuns`): those not read yet (the ones that may put a key
+    in a dict by name, each at most `EARLIER_SCRIPT_LONGEST` characters long, at most that
+    many in all), and the keys of those read."""
+
+    __slots__ = ("_chars", "keys", "unread")
+
+    def __init__(self) -> None:
+        self.unread: collections.deque[str] = collections.deque()
+        self.keys: set[str] = set()
+        self._chars = 0
+
+    def remember(self, code: str) -> None:
+        if len(code) > EARLIER_SCRIPT_LONGEST or _PUTS_A_KEY.search(code) is None:
+            return
+        if not self.unread:
+            self._chars = 0  # the check read them all
+        self.unread.append(code)
+        self._chars += len(code)
+        while self._chars > EARLIER_SCRIPT_LONGEST:
+            self._chars -= len(self.unread.popleft())
 
 
 class ScriptChecker:

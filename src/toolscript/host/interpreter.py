@@ -11,8 +11,6 @@ stop, settle, and the take-back from a keeper), each step needing the others' st
 from __future__ import annotations
 
 import asyncio
-import collections
-import re
 import secrets
 import signal
 import time
@@ -27,6 +25,7 @@ from . import codec
 from .calls import CallLedger, CallReport, NotJournaled
 from .catalogue import ToolCatalogue
 from .channel import CHANNEL_LOST_WAIT, CHECK_DELAY, CHECK_WAIT, Channel
+from .checker import EarlierRuns
 from .dispatch import Dispatcher
 from .images import ScriptImage
 from .journal import Journal
@@ -76,39 +75,6 @@ def code_too_large(code: str) -> str | None:
         f"the script is {size / 1e6:,.0f} MB as sent to the interpreter, over the "
         f"{wire.MAX_FRAME >> 20} MiB limit of its channel"
     )
-
-
-EARLIER_SCRIPT_LONGEST = 1_000_000
-"""The longest script whose code an interpreter keeps for a later script's check, in
-characters; the check reads a kept script once (`EarlierRuns`)."""
-
-_PUTS_A_KEY = re.compile(r"\[\s*[rRbBuUfF]*['\"]|setdefault|update|setitem|\|=")
-"""What a script that puts a key in a dict by name holds somewhere (`r["score"] =`,
-`setdefault`, `update`, `setitem`, `|=`): the scripts without it are not kept."""
-
-
-class EarlierRuns:
-    """The scripts that ran in an interpreter, as a later script's check needs them
-    (`toolscript.tools.check.EarlierRuns`): those not read yet (the ones that may put a key
-    in a dict by name, each at most `EARLIER_SCRIPT_LONGEST` characters long, at most that
-    many in all), and the keys of those read."""
-
-    __slots__ = ("_chars", "keys", "unread")
-
-    def __init__(self) -> None:
-        self.unread: collections.deque[str] = collections.deque()
-        self.keys: set[str] = set()
-        self._chars = 0
-
-    def remember(self, code: str) -> None:
-        if len(code) > EARLIER_SCRIPT_LONGEST or _PUTS_A_KEY.search(code) is None:
-            return
-        if not self.unread:
-            self._chars = 0  # the check read them all
-        self.unread.append(code)
-        self._chars += len(code)
-        while self._chars > EARLIER_SCRIPT_LONGEST:
-            self._chars -= len(self.unread.popleft())
 
 
 OUTPUT_END_WAIT = 2.0
@@ -165,7 +131,7 @@ class Interpreter:
         self._names_many = False
         self.earlier_runs = EarlierRuns()
         """What the check of a later script reads of the scripts that ran here before: the
-        keys they put in dicts (`remember_script`)."""
+        keys they put in dicts (`EarlierRuns.remember`, as a script begins)."""
         self.python_version: str | None = None
         self._stdout = StreamCapture(launch.output_limit)
         self._stderr = StreamCapture(launch.output_limit)
@@ -217,11 +183,6 @@ class Interpreter:
         """The global names the kernel says its namespace holds beyond the bound tools (the
         kernel's own, and what earlier scripts defined); None when too many to tell."""
         return None if self._names_many else frozenset(self._names)
-
-    def remember_script(self, code: str) -> None:
-        """`code` runs here now: a later script's check reads the keys it puts in dicts
-        (`earlier_runs`)."""
-        self.earlier_runs.remember(code)
 
     def _learn_names(self, frame: Mapping[str, Any]) -> None:
         many = frame.get("names_many")

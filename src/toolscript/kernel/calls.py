@@ -443,8 +443,7 @@ class CallTable:
             # Past the stop, the script may block its loop (a call it made after catching
             # the interrupt, then `time.sleep`) until it is killed: a timer would never fire,
             # and an answer the script saw would be journaled as never seen.
-            self.flush_acks()
-            self._write_now()
+            self._send_acks_now()
             return
         if self._ack_timer is None:
             # Not at the end of this pass of the loop, but a moment later: the script's next
@@ -452,6 +451,12 @@ class CallTable:
             # and then no pass of the loop is spent on them alone. One timer at a time: a
             # call that carries the acknowledgements leaves it be.
             self._ack_timer = self._loop.call_later(ACK_DELAY, self.flush_acks)
+
+    def _send_acks_now(self) -> None:
+        """The acknowledgements waiting, written to the channel now, not at the end of the
+        loop's pass: the script may never let the loop run again."""
+        self.flush_acks()
+        self._write_now()
 
     def _with_acks(self, message: CallFrame | AckFrame) -> CallFrame | AckFrame:
         if self._acks:
@@ -488,8 +493,7 @@ class CallTable:
             # Sent now, not by their timer: a script that catches the interrupt and blocks
             # (`time.sleep` in a loop) until it is killed never lets the timer fire, and the
             # answers its code took would be reported as never acknowledged (`late`).
-            self.flush_acks()
-            self._write_now()
+            self._send_acks_now()
 
     def holding(self) -> list[dict[str, Any]]:
         """Every call whose answer has not arrived, as its frame said: what a host that took
